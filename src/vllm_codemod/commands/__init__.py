@@ -1,0 +1,1 @@
+"""Sub-commands, one module each (imported lazily by vllm_codemod.cli)."""

@@ -1,0 +1,170 @@
+"""Turn a tree plus a set of transforms into an in-memory change set.
+
+Nothing here writes: ``diff`` and ``check`` stop after planning, ``apply`` hands the
+result to :mod:`vllm_codemod.transaction`.  Each target is read and parsed once, and
+transforms that share a target see each other's output in registry order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import libcst as cst
+from packaging.version import Version
+
+from vllm_codemod.transforms.base import Plan, Status, Transform, TransformContext
+
+from .discovery import VllmTree
+from .errors import CodemodError
+from .fsutil import sha256_bytes
+
+
+@dataclass
+class TransformResult:
+    transform: Transform
+    target: str  # relative to the tree's base, e.g. "vllm/_custom_ops.py"
+    status: Status
+    reason: str
+    details: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class FileChange:
+    """One file's bytes before and after; ``None`` means absent."""
+
+    path: str  # relative to the tree's base
+    old: Optional[bytes]
+    new: Optional[bytes]
+    transforms: List[str] = field(default_factory=list)
+    added: bool = False  # a file the tool ships into the tree (removed on revert)
+
+
+@dataclass
+class ChangeSet:
+    tree: VllmTree
+    version: Optional[Version]
+    results: List[TransformResult]
+    changes: List[FileChange]
+
+    @property
+    def conflicts(self) -> List[TransformResult]:
+        return [r for r in self.results if r.status is Status.CONFLICT]
+
+    @property
+    def pending(self) -> bool:
+        return bool(self.changes)
+
+
+def _read_target(tree: VllmTree, rel: str, transform: Transform) -> bytes:
+    path = tree.path(rel)
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise CodemodError(
+            f"{path}: missing, but {transform.name} targets it; this tree is not a complete "
+            f"vLLM install (pass --skip {transform.name} to leave it out)"
+        ) from None
+    except OSError as exc:
+        raise CodemodError(f"{path}: cannot read it ({exc.strerror})") from None
+
+
+def _parse(path: Path, data: bytes, transform: Transform) -> cst.Module:
+    try:
+        return cst.parse_module(data)
+    except cst.ParserSyntaxError as exc:
+        raise CodemodError(
+            f"{path}:{exc.raw_line}:{exc.raw_column}: cannot parse this file "
+            f"({exc.message.splitlines()[0] if exc.message else 'syntax error'}); "
+            f"repair it or pass --skip {transform.name}"
+        ) from None
+
+
+def _compiles(path: Path, code: str, transform: Transform) -> None:
+    try:
+        compile(code, str(path), "exec", dont_inherit=True)
+    except SyntaxError as exc:
+        # A transform produced invalid Python: a bug of ours, never the user's to fix.
+        raise CodemodError(
+            f"{path}: {transform.name} produced code that does not compile ({exc.msg}, line "
+            f"{exc.lineno}); nothing was written; please report this with the file attached"
+        ) from None
+
+
+def build_change_set(
+    tree: VllmTree,
+    version: Optional[Version],
+    transforms: Sequence[Transform],
+    options: Mapping[str, Any],
+    previously_added: Mapping[str, Tuple[str, str]],
+) -> ChangeSet:
+    """Plan every transform.
+
+    ``previously_added`` is the manifest's record of shipped files (path -> (sha256,
+    transform)); a file a transform shipped before but no longer ships is removed,
+    unless someone changed it since.
+    """
+    context = TransformContext(vllm_root=tree.root, version=version, options=dict(options))
+    results: List[TransformResult] = []
+    sources: Dict[str, bytes] = {}
+    modules: Dict[str, cst.Module] = {}
+    touched_by: Dict[str, List[str]] = {}
+    wanted_files: Dict[str, bytes] = {}
+    wanted_by: Dict[str, str] = {}
+
+    for transform in transforms:
+        rel = f"{tree.rel(tree.root)}/{transform.target}"
+        path = tree.path(rel)
+        if rel not in modules:
+            sources[rel] = _read_target(tree, rel, transform)
+            modules[rel] = _parse(path, sources[rel], transform)
+        plan: Plan = transform.plan(modules[rel], context)
+        result = TransformResult(transform, rel, plan.status, plan.reason, dict(plan.details))
+        results.append(result)
+        if plan.status is Status.PENDING:
+            if plan.module is None:
+                raise CodemodError(f"{path}: {transform.name} is pending but planned no edit")
+            _compiles(path, plan.module.code, transform)
+            modules[rel] = plan.module
+            touched_by.setdefault(rel, []).append(transform.name)
+        if plan.status in (Status.PENDING, Status.APPLIED):
+            for added_rel, data in plan.added_files.items():
+                full_rel = f"{tree.rel(tree.root)}/{added_rel}"
+                wanted_files[full_rel] = data
+                wanted_by[full_rel] = transform.name
+
+    changes: List[FileChange] = []
+    for rel, names in touched_by.items():
+        new = modules[rel].code.encode("utf-8")
+        if new != sources[rel]:
+            changes.append(FileChange(rel, sources[rel], new, names))
+
+    stale_names = set()
+    for rel, data in sorted(wanted_files.items()):
+        current = _read_optional(tree.path(rel))
+        if current != data:
+            changes.append(FileChange(rel, current, data, [wanted_by[rel]], added=True))
+            stale_names.add(wanted_by[rel])
+    shipping = set(wanted_by.values())
+    for rel, (digest, owner) in sorted(previously_added.items()):
+        if rel in wanted_files or owner not in shipping:
+            continue
+        current = _read_optional(tree.path(rel))
+        if current is not None and sha256_bytes(current) == digest:
+            changes.append(FileChange(rel, current, None, [], added=True))
+
+    for result in results:
+        if result.status is Status.APPLIED and result.transform.name in stale_names:
+            result.status = Status.PENDING
+            result.reason = (
+                "the bundled kernels in the tree differ from this tool's; apply updates them"
+            )
+    return ChangeSet(tree, version, results, changes)
+
+
+def _read_optional(path: Path) -> Optional[bytes]:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None

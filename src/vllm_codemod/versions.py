@@ -1,0 +1,98 @@
+"""Read the installed vLLM version from files, and gate on the range we know.
+
+Forks tag their builds with local labels (``0.8.3+corex.4.3.0``) and dev suffixes;
+we compare the release part only, via :mod:`packaging`, so those pass the gate.
+"""
+
+from __future__ import annotations
+
+import ast
+from email.parser import HeaderParser
+from pathlib import Path
+from typing import List, Optional, Tuple
+
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from .discovery import VllmTree
+from .errors import CodemodError
+
+OLDEST_KNOWN = Version("0.4.3")
+NEWEST_KNOWN = Version("0.11.0")
+KNOWN_RANGE_TEXT = f"{OLDEST_KNOWN} to {NEWEST_KNOWN}"
+
+
+def _metadata_versions(base: Path) -> List[Tuple[Path, str]]:
+    found = []
+    for dist_info in sorted(base.glob("*.dist-info")):
+        metadata = dist_info / "METADATA"
+        if not metadata.is_file():
+            continue
+        with metadata.open(encoding="utf-8", errors="replace") as handle:
+            headers = HeaderParser().parse(handle, headersonly=True)
+        if canonicalize_name(headers.get("Name", "")) == "vllm" and headers.get("Version"):
+            found.append((metadata, headers["Version"].strip()))
+    return found
+
+
+def _version_from_source(path: Path) -> Optional[str]:
+    """A string literal assigned to ``__version__`` or ``version``, found without importing."""
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, UnicodeDecodeError):
+        return None
+    for node in tree.body:
+        targets = []
+        if isinstance(node, ast.Assign):
+            targets, value = node.targets, node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            targets, value = [node.target], node.value
+        for target in targets:
+            for name in ast.walk(target):
+                if isinstance(name, ast.Name) and name.id in ("__version__", "version"):
+                    if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                        return value.value
+    return None
+
+
+def read_version(tree: VllmTree) -> Tuple[Optional[Version], str]:
+    """The installed version and where it came from (for messages)."""
+    candidates = _metadata_versions(tree.base)
+    if len(candidates) > 1:
+        listed = ", ".join(str(path.parent.name) for path, _ in candidates)
+        raise CodemodError(
+            f"{tree.base}: several vllm dist-info directories ({listed}); "
+            "remove the stale ones or pass --force to skip the version check"
+        )
+    sources = [(path, text) for path, text in candidates]
+    if not sources:
+        for name in ("_version.py", "version.py", "__init__.py"):
+            text = _version_from_source(tree.root / name)
+            if text:
+                sources.append((tree.root / name, text))
+                break
+    for path, text in sources:
+        try:
+            return Version(text), str(path)
+        except InvalidVersion:
+            raise CodemodError(
+                f"{path}: version {text!r} is not a valid version; pass --force to skip the check"
+            ) from None
+    return None, ""
+
+
+def gate_version(tree: VllmTree, version: Optional[Version], force: bool) -> None:
+    """Refuse trees outside the range the transforms were written against, unless forced."""
+    if force:
+        return
+    if version is None:
+        raise CodemodError(
+            f"{tree.base}: cannot tell the vLLM version (no vllm-*.dist-info/METADATA, no "
+            "__version__ in vllm/_version.py or version.py); pass --force to patch anyway"
+        )
+    release = Version(version.base_version)
+    if not (OLDEST_KNOWN <= release <= NEWEST_KNOWN):
+        raise CodemodError(
+            f"{tree.root}: vLLM {version} is outside the versions this tool knows "
+            f"({KNOWN_RANGE_TEXT}); check `vllm-codemod diff --force` and pass --force to apply"
+        )
