@@ -55,7 +55,7 @@ class TransformContext:
     version: Optional[Version]  # installed vLLM version, None when it could not be read
     options: Mapping[str, Any] = field(default_factory=dict)
 
-    def option(self, transform: "Transform", name: str) -> Any:
+    def option(self, transform: Transform, name: str) -> Any:
         for opt in transform.options:
             if opt.name == name:
                 return self.options.get(name, opt.default)

@@ -92,7 +92,8 @@ def verify(
             verdict = click.style("ok  ", fg="green") if r["ok"] else click.style("FAIL", fg="red")
             click.echo(
                 f"  {verdict} {r['shape']:<48} path={r['path']:<6} "
-                f"max_abs={r['max_abs_err']:.2e} rel={r['rel_err']:.2e} {r['seconds'] * 1e3:8.1f} ms"
+                f"max_abs={r['max_abs_err']:.2e} rel={r['rel_err']:.2e} "
+                f"{r['seconds'] * 1e3:8.1f} ms"
             )
     if failed:
         if not as_json:
