@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -92,14 +93,17 @@ def bytecode_for(source: Path) -> List[Path]:
 
 
 def _writable_probe(directory: Path) -> None:
-    """Fail before writing anything if ``directory`` (or what would hold it) is read-only."""
+    """Fail before writing anything if ``directory`` (or what would hold it) is read-only.
+
+    An unnamed temp file (O_TMPFILE on Linux) proves we can create files there without
+    leaving anything behind, even if we are killed mid-probe.
+    """
     probe_dir = directory
     while not probe_dir.exists():
         probe_dir = probe_dir.parent
     try:
-        with open(probe_dir / f".vllm-codemod-probe-{__version__}", "wb"):
+        with tempfile.TemporaryFile(dir=probe_dir):
             pass
-        (probe_dir / f".vllm-codemod-probe-{__version__}").unlink()
     except OSError as exc:
         raise CodemodError(
             f"{probe_dir}: not writable ({exc.strerror}); run as the owner of the vLLM install "
@@ -132,7 +136,9 @@ def apply_change_set(change_set: ChangeSet) -> Dict[str, Any]:
 
     directories = {state.path}
     for change in change_set.changes:
-        directories.add(tree.path(change.path).parent)
+        target = tree.path(change.path)
+        directories.add(target.parent)
+        directories.update(pyc.parent for pyc in bytecode_for(target))
     for directory in sorted(directories):
         _writable_probe(directory)
 

@@ -1,0 +1,282 @@
+"""The CLI as a user drives it, on copies of real fixture trees: every exit code."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from treeutil import FIXTURES, copy_fixture, snapshot
+
+from vllm_codemod.cli import cli
+
+FORK = "bi-v100/corex-0.8.3"
+UPSTREAM = "upstream/vllm-0.8.3"
+
+
+def run(*args: str, env=None):
+    result = CliRunner().invoke(cli, list(args), env=env, catch_exceptions=False)
+    return result
+
+
+@pytest.fixture
+def fork(tmp_path) -> Path:
+    return copy_fixture(FORK, tmp_path)
+
+
+def test_version_and_help():
+    assert run("--version").output.startswith("vllm-codemod, version ")
+    for command in ("apply", "diff", "check", "revert", "list", "verify", "tune-config"):
+        result = run(command, "--help")
+        assert result.exit_code == 0, command
+        assert "Usage:" in result.output
+
+
+def test_list_names_every_transform():
+    result = run("list", "--json")
+    names = [t["name"] for t in json.loads(result.output)["transforms"]]
+    assert names == ["paged-attention-v2", "v2-dispatch", "prefix-prefill-warps"]
+    assert "--num-warps" in run("list").output
+
+
+def test_full_cycle_on_a_fork_tree(fork):
+    pristine = snapshot(fork)
+
+    check = run("check", "--site-packages", str(fork), "--json")
+    assert check.exit_code == 1
+    statuses = {t["name"]: t["status"] for t in json.loads(check.output)["transforms"]}
+    assert statuses == dict.fromkeys(statuses, "pending")
+
+    diff = run("diff", "--site-packages", str(fork))
+    assert diff.exit_code == 1
+    assert "--- a/vllm/_custom_ops.py\n+++ b/vllm/_custom_ops.py" in diff.output
+    assert "+++ b/vllm/_codemod_kernels/__init__.py" in diff.output
+    assert snapshot(fork) == pristine  # diff writes nothing
+
+    applied = run("apply", "--site-packages", str(fork))
+    assert applied.exit_code == 0, applied.output
+    assert "patched 3 file(s)" in applied.output
+    patched = snapshot(fork)
+
+    assert run("check", "--site-packages", str(fork)).exit_code == 0
+    again = run("diff", "--site-packages", str(fork))
+    assert (again.exit_code, again.output) == (0, "")
+    second = run("apply", "--site-packages", str(fork))
+    assert second.exit_code == 0 and "nothing to do" in second.output
+    assert snapshot(fork) == patched
+
+    reverted = run("revert", "--site-packages", str(fork))
+    assert reverted.exit_code == 0
+    assert snapshot(fork) == pristine
+    assert "nothing to revert" in run("revert", "--site-packages", str(fork)).output
+
+
+def test_diff_is_exactly_what_apply_writes(fork, tmp_path):
+    diff = run("diff", "--site-packages", str(fork)).output
+    other = copy_fixture(FORK, tmp_path / "other")
+    run("apply", "--site-packages", str(other))
+    for path in ("vllm/_custom_ops.py", "vllm/attention/ops/paged_attn.py"):
+        for line in (other / path).read_text().splitlines():
+            if line.lstrip().startswith("# vllm-codemod"):
+                assert "+" + line in diff
+
+
+def test_upstream_tree_only_needs_the_warps_retune(tmp_path):
+    site = copy_fixture(UPSTREAM, tmp_path)
+    rows = json.loads(run("check", "--site-packages", str(site), "--json").output)["transforms"]
+    statuses = {t["name"]: t["status"] for t in rows}
+    assert statuses["paged-attention-v2"] == "not-applicable"
+    assert statuses["v2-dispatch"] == "applied"
+    assert statuses["prefix-prefill-warps"] == "pending"
+    result = run("apply", "--site-packages", str(site))
+    assert result.exit_code == 0
+    assert not (site / "vllm" / "_codemod_kernels").exists()
+
+
+def test_only_and_skip(fork):
+    result = run("apply", "--site-packages", str(fork), "--only", "v2-dispatch", "--json")
+    assert result.exit_code == 0
+    changed = [c["path"] for c in json.loads(result.output)["changed"]]
+    assert changed == ["vllm/attention/ops/paged_attn.py"]
+    rest = run("check", "--site-packages", str(fork), "--skip", "v2-dispatch")
+    assert rest.exit_code == 1
+    unknown = run("apply", "--site-packages", str(fork), "--only", "nope")
+    assert unknown.exit_code == 2 and "unknown transform 'nope'" in unknown.output
+
+
+def test_site_packages_from_environment(fork):
+    result = run("check", env={"VLLM_CODEMOD_SITE_PACKAGES": str(fork)})
+    assert result.exit_code == 1
+
+
+def test_vllm_root_option(fork):
+    assert run("check", "--vllm-root", str(fork / "vllm")).exit_code == 1
+
+
+def _assert_error(result, *needles: str) -> None:
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1, result.output
+    assert lines[0].startswith("vllm-codemod: error: ")
+    for needle in needles:
+        assert needle in lines[0]
+
+
+def test_vllm_not_found_in_interpreter(tmp_path):
+    # A bare interpreter in an empty directory: no vllm anywhere.
+    proc = subprocess.run(
+        [sys.executable, "-m", "vllm_codemod.cli", "check"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("vllm-codemod: error: vllm is not installed")
+    assert "--site-packages" in proc.stderr
+
+
+def test_missing_tree(tmp_path):
+    _assert_error(run("apply", "--site-packages", str(tmp_path)), "contains vllm/")
+
+
+@pytest.mark.parametrize("command", ["apply", "diff", "check"])
+def test_unsupported_version_refused_unless_forced(fork, command):
+    metadata = next(fork.glob("vllm-*.dist-info")) / "METADATA"
+    metadata.write_text(metadata.read_text().replace("Version: 0.8.3", "Version: 0.3.1", 1))
+    before = snapshot(fork)
+    _assert_error(run(command, "--site-packages", str(fork)), "0.3.1", "--force")
+    assert snapshot(fork) == before
+    assert run(command, "--site-packages", str(fork), "--force").exit_code in (0, 1)
+
+
+def test_missing_target_file(fork):
+    (fork / "vllm/attention/ops/prefix_prefill.py").unlink()
+    before = snapshot(fork)
+    _assert_error(
+        run("apply", "--site-packages", str(fork)), "prefix_prefill.py", "--skip prefix-prefill"
+    )
+    assert snapshot(fork) == before
+    assert (
+        run("apply", "--site-packages", str(fork), "--skip", "prefix-prefill-warps").exit_code == 0
+    )
+
+
+def test_unparseable_target(fork):
+    target = fork / "vllm/attention/ops/paged_attn.py"
+    target.write_text(target.read_text() + "\ndef broken(:\n")
+    before = snapshot(fork)
+    _assert_error(run("apply", "--site-packages", str(fork)), "paged_attn.py:", "cannot parse")
+    assert snapshot(fork) == before
+
+
+def test_unknown_shape_is_a_conflict_and_nothing_is_written(tmp_path):
+    site = copy_fixture("bi-v100/corex-unknown-shape", tmp_path)
+    before = snapshot(site)
+    _assert_error(run("apply", "--site-packages", str(site)), "nothing was changed")
+    assert snapshot(site) == before
+    assert run("check", "--site-packages", str(site)).exit_code == 2
+    assert run("diff", "--site-packages", str(site)).exit_code == 2
+
+
+@contextmanager
+def read_only(path: Path):
+    """Make ``path`` unwritable, also for root (immutable attribute)."""
+    if os.geteuid() != 0:
+        os.chmod(path, 0o555)
+        try:
+            yield
+        finally:
+            os.chmod(path, 0o755)
+        return
+    if not shutil.which("chattr") or subprocess.run(["chattr", "+i", str(path)]).returncode:
+        pytest.skip("running as root without chattr +i support: cannot make a read-only dir")
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", "-i", str(path)], check=True)
+
+
+def test_read_only_tree(fork):
+    before = snapshot(fork)
+    with read_only(fork / "vllm" / "attention" / "ops"):
+        _assert_error(run("apply", "--site-packages", str(fork)), "not writable")
+    assert snapshot(fork) == before
+
+
+def test_lock_held_by_another_run(fork):
+    import fcntl
+
+    fd = os.open(fork / "vllm", os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        result = run(
+            "apply", "--site-packages", str(fork), env={"VLLM_CODEMOD_LOCK_TIMEOUT": "0.2"}
+        )
+        _assert_error(result, "holds the lock")
+    finally:
+        os.close(fd)
+
+
+def test_interrupted_run_blocks_read_only_commands_until_finished(fork):
+    run("apply", "--site-packages", str(fork))
+    patched = snapshot(fork)
+    state = fork / "vllm" / ".vllm-codemod"
+    # Simulate a revert that committed its journal and then died before any step.
+    from vllm_codemod.discovery import locate_tree
+    from vllm_codemod.transaction import revert_tree
+
+    import vllm_codemod.transaction as transaction
+
+    real = transaction._replay
+    transaction._replay = lambda state, journal: None
+    try:
+        revert_tree(locate_tree(fork, None), force=False)
+    finally:
+        transaction._replay = real
+    assert (state / "journal.json").exists()
+    _assert_error(run("check", "--site-packages", str(fork)), "interrupted")
+    result = run("apply", "--site-packages", str(fork))  # finishes the revert, then applies
+    assert result.exit_code == 0
+    assert "finished an interrupted revert" in result.output
+    assert snapshot(fork) == patched
+
+
+def test_bad_option_value(fork):
+    before = snapshot(fork)
+    result = run("apply", "--site-packages", str(fork), "--num-warps", "3")
+    assert result.exit_code == 2
+    assert "--num-warps" in result.output
+    assert snapshot(fork) == before
+
+
+def test_console_script_as_a_user_runs_it(fork):
+    exe = shutil.which("vllm-codemod")
+    if exe is None:
+        pytest.skip("package not installed (pip install -e .)")
+    proc = subprocess.run(
+        [exe, "diff", "--site-packages", str(fork)], capture_output=True, text=True
+    )
+    assert proc.returncode == 1
+    assert proc.stdout.startswith("diff --git a/vllm/")
+
+
+def test_check_imports_neither_torch_nor_yaml(fork):
+    code = (
+        "import sys\n"
+        "from vllm_codemod.cli import cli\n"
+        f"try:\n    cli(['check', '--site-packages', {str(fork)!r}])\n"
+        "except SystemExit as e:\n    code = e.code\n"
+        "print(code, 'torch' in sys.modules, any(m.startswith('ruamel') for m in sys.modules))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.stdout.split()[-3:] == ["1", "False", "False"], proc.stdout + proc.stderr
+
+
+def test_fixtures_present():
+    assert (FIXTURES / FORK / "vllm").is_dir()

@@ -1,0 +1,189 @@
+"""The crash-safety protocol, exercised with a tiny transform so every write point is known."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import libcst as cst
+import pytest
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+from treeutil import snapshot
+
+import vllm_codemod.transaction as transaction
+from vllm_codemod.discovery import locate_tree
+from vllm_codemod.errors import CodemodError
+from vllm_codemod.planner import build_change_set
+from vllm_codemod.transforms.base import Plan, Status, Transform
+
+FOOTER = "# patched by a test transform\n"
+
+
+class AppendFooter(Transform):
+    name = "append-footer"
+    description = "test transform"
+    target = "_custom_ops.py"
+    known_versions = SpecifierSet(">=0")
+
+    def __init__(self, kernel: bytes = b"KERNEL = 1\n") -> None:
+        self.kernel = kernel
+
+    def plan(self, module, context):
+        added = {"_codemod_kernels/__init__.py": self.kernel, "_codemod_kernels/k.py": b"K = 2\n"}
+        if module.code.endswith(FOOTER):
+            return Plan(Status.APPLIED, "footer present", added_files=added)
+        new = cst.parse_module(module.code + FOOTER)
+        return Plan(Status.PENDING, "footer missing", module=new, added_files=added)
+
+
+def make_site(tmp_path: Path) -> Path:
+    site = tmp_path / "site"
+    root = site / "vllm"
+    (root / "__pycache__").mkdir(parents=True)
+    (root / "__init__.py").write_text("")
+    (root / "_custom_ops.py").write_text("def f():\n    raise NotImplementedError\n")
+    os.chmod(root / "_custom_ops.py", 0o640)
+    (root / "__pycache__" / "_custom_ops.cpython-310.pyc").write_bytes(b"\x00stale bytecode")
+    (root / "__pycache__" / "other.cpython-310.pyc").write_bytes(b"\x00keep me")
+    return site
+
+
+def plan(site: Path, transform: Transform | None = None):
+    tree = locate_tree(site, None)
+    manifest = transaction.StateDir(tree).load_manifest()
+    previously = {k: (v["sha256"], v["transform"]) for k, v in manifest["added"].items()}
+    return build_change_set(tree, Version("0.8.3"), [transform or AppendFooter()], {}, previously)
+
+
+def test_apply_then_revert_is_byte_identical(tmp_path):
+    site = make_site(tmp_path)
+    before = snapshot(site)
+    change_set = plan(site)
+    assert change_set.pending
+    manifest = transaction.apply_change_set(change_set)
+    root = site / "vllm"
+    assert (root / "_custom_ops.py").read_text().endswith(FOOTER)
+    assert (root / "_custom_ops.py").stat().st_mode & 0o777 == 0o640
+    assert (root / "_codemod_kernels" / "k.py").read_bytes() == b"K = 2\n"
+    # stale bytecode of the patched file is moved aside, other bytecode is left alone
+    assert not (root / "__pycache__" / "_custom_ops.cpython-310.pyc").exists()
+    assert (root / "__pycache__" / "other.cpython-310.pyc").exists()
+    assert "vllm/__pycache__/_custom_ops.cpython-310.pyc" in manifest["bytecode"]
+    assert not transaction.StateDir(locate_tree(site, None)).has_journal()
+    assert not plan(site).pending  # idempotent
+
+    # bytecode that appears for the patched source must not survive revert
+    (root / "__pycache__" / "_custom_ops.cpython-311.pyc").write_bytes(b"patched bytecode")
+    (root / "_codemod_kernels" / "__pycache__").mkdir()
+    (root / "_codemod_kernels" / "__pycache__" / "k.cpython-311.pyc").write_bytes(b"x")
+    touched = transaction.revert_tree(locate_tree(site, None), force=False)
+    assert "vllm/_custom_ops.py" in touched
+    assert snapshot(site) == before
+
+
+def test_updated_kernels_replace_the_old_copy_and_stale_files_go(tmp_path):
+    site = make_site(tmp_path)
+    before = snapshot(site)
+    transaction.apply_change_set(plan(site))
+
+    class Newer(AppendFooter):
+        def plan(self, module, context):
+            result = super().plan(module, context)
+            result.added_files = {"_codemod_kernels/__init__.py": b"KERNEL = 2\n"}
+            return result
+
+    change_set = plan(site, Newer())
+    assert change_set.results[0].status is Status.PENDING
+    assert "bundled kernels" in change_set.results[0].reason
+    paths = {c.path: c for c in change_set.changes}
+    assert paths["vllm/_codemod_kernels/k.py"].new is None  # no longer shipped
+    transaction.apply_change_set(change_set)
+    assert not (site / "vllm" / "_codemod_kernels" / "k.py").exists()
+    assert not plan(site, Newer()).pending
+    transaction.revert_tree(locate_tree(site, None), force=False)
+    assert snapshot(site) == before
+
+
+def test_revert_refuses_to_discard_later_edits(tmp_path):
+    site = make_site(tmp_path)
+    transaction.apply_change_set(plan(site))
+    target = site / "vllm" / "_custom_ops.py"
+    target.write_text("someone reinstalled this\n")
+    with pytest.raises(CodemodError, match="changed since vllm-codemod patched it"):
+        transaction.revert_tree(locate_tree(site, None), force=False)
+    assert target.read_text() == "someone reinstalled this\n"
+    transaction.revert_tree(locate_tree(site, None), force=True)
+    assert target.read_text() == "def f():\n    raise NotImplementedError\n"
+
+
+def _count_writes(monkeypatch, action) -> int:
+    calls = []
+    real = transaction.atomic_write
+
+    def counting(*args, **kwargs):
+        calls.append(args[0])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(transaction, "atomic_write", counting)
+    action()
+    monkeypatch.setattr(transaction, "atomic_write", real)
+    return len(calls)
+
+
+def _run_killed_at(n: int, action) -> None:
+    """Run ``action`` in a forked child that SIGKILLs itself at its n-th atomic write."""
+    pid = os.fork()
+    if pid == 0:  # child
+        real = transaction.atomic_write
+        count = [0]
+
+        def killing(*args, **kwargs):
+            count[0] += 1
+            if count[0] == n:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return real(*args, **kwargs)
+
+        transaction.atomic_write = killing
+        try:
+            action()
+        finally:
+            os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_sigkill_at_any_write_point_is_recoverable(tmp_path, monkeypatch):
+    pristine_site = make_site(tmp_path / "pristine")
+    pristine = snapshot(pristine_site)
+    probe = make_site(tmp_path / "probe")
+    writes = _count_writes(monkeypatch, lambda: transaction.apply_change_set(plan(probe)))
+    patched = snapshot(probe)[0]["vllm/_custom_ops.py"]
+    revert_writes = _count_writes(
+        monkeypatch, lambda: transaction.revert_tree(locate_tree(probe, None), force=False)
+    )
+    assert writes >= 6 and revert_writes >= 1
+
+    for n in range(1, writes + 1):
+        site = make_site(tmp_path / f"apply{n}")
+        _run_killed_at(n, lambda site=site: transaction.apply_change_set(plan(site)))
+        tree = locate_tree(site, None)
+        transaction.recover(tree)
+        current = (site / "vllm" / "_custom_ops.py").read_bytes()
+        assert current in (pristine[0]["vllm/_custom_ops.py"], patched), n
+        if plan(site).pending:
+            transaction.apply_change_set(plan(site))
+        assert not plan(site).pending
+        transaction.revert_tree(tree, force=False)
+        assert snapshot(site) == pristine, f"apply killed at write {n}"
+
+    for n in range(1, revert_writes + 1):
+        site = make_site(tmp_path / f"revert{n}")
+        transaction.apply_change_set(plan(site))
+        tree = locate_tree(site, None)
+        _run_killed_at(n, lambda tree=tree: transaction.revert_tree(tree, force=False))
+        transaction.recover(tree)
+        transaction.revert_tree(tree, force=False)
+        assert snapshot(site) == pristine, f"revert killed at write {n}"

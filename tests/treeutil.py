@@ -1,0 +1,24 @@
+"""Helpers for tests that compare whole trees on disk."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Dict, Tuple
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = REPO / "vendor_fixtures"
+
+
+def snapshot(root: Path) -> Tuple[Dict[str, bytes], frozenset]:
+    """Every file's bytes and every directory under ``root``: what byte-identical means."""
+    files = {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    dirs = frozenset(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_dir())
+    return files, dirs
+
+
+def copy_fixture(name: str, dest: Path) -> Path:
+    """Copy ``vendor_fixtures/<name>`` (e.g. "bi-v100/corex-0.8.3") to ``dest``/site."""
+    site = dest / "site"
+    shutil.copytree(FIXTURES / name, site)
+    return site
