@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from treeutil import FIXTURES, copy_fixture, snapshot
 
+from treeutil import FIXTURES, copy_fixture, snapshot
 from vllm_codemod.cli import cli
 
 FORK = "bi-v100/corex-0.8.3"
@@ -228,10 +228,9 @@ def test_interrupted_run_blocks_read_only_commands_until_finished(fork):
     patched = snapshot(fork)
     state = fork / "vllm" / ".vllm-codemod"
     # Simulate a revert that committed its journal and then died before any step.
+    import vllm_codemod.transaction as transaction
     from vllm_codemod.discovery import locate_tree
     from vllm_codemod.transaction import revert_tree
-
-    import vllm_codemod.transaction as transaction
 
     real = transaction._replay
     transaction._replay = lambda state, journal: None

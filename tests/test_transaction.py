@@ -10,9 +10,9 @@ import libcst as cst
 import pytest
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
-from treeutil import snapshot
 
 import vllm_codemod.transaction as transaction
+from treeutil import snapshot
 from vllm_codemod.discovery import locate_tree
 from vllm_codemod.errors import CodemodError
 from vllm_codemod.planner import build_change_set
