@@ -1,3 +1,5 @@
+# NOTICE: modified copy of vLLM 0.4.3's vllm/__init__.py (Apache-2.0), changed to imitate
+# a BI-V100 vendor fork for vllm-codemod's tests; see vendor_fixtures/README.md.
 """vLLM: a high-throughput and memory-efficient inference engine for LLMs"""
 
 from vllm.engine.arg_utils import AsyncEngineArgs, EngineArgs

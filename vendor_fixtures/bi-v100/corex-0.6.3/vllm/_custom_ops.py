@@ -1,3 +1,5 @@
+# NOTICE: modified copy of vLLM 0.6.3.post1's vllm/_custom_ops.py (Apache-2.0), changed to imitate
+# a BI-V100 vendor fork for vllm-codemod's tests; see vendor_fixtures/README.md.
 import contextlib
 import functools
 from typing import TYPE_CHECKING, List, Optional, Tuple, Union

@@ -1,3 +1,5 @@
+# NOTICE: modified copy of vLLM 0.9.2's vllm/_custom_ops.py (Apache-2.0), changed to imitate
+# a BI-V100 vendor fork for vllm-codemod's tests; see vendor_fixtures/README.md.
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
 

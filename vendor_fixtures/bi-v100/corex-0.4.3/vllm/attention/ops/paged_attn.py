@@ -1,3 +1,5 @@
+# NOTICE: modified copy of vLLM 0.4.3's vllm/attention/ops/paged_attn.py (Apache-2.0), changed to imitate
+# a BI-V100 vendor fork for vllm-codemod's tests; see vendor_fixtures/README.md.
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
