@@ -1,0 +1,343 @@
+"""``paged-attention-v2``: give the stubbed ``paged_attention_v2`` a working body.
+
+BI-V100 forks ship ``vllm/_custom_ops.py`` with ``paged_attention_v2`` reduced to a
+``raise NotImplementedError`` stub because the vendor's extension has no V2 kernel.
+Every decode then has to take the V1 path, which runs one program per (sequence, head)
+over the whole context: fine at 2K tokens, crippling at 100K.  This transform replaces
+the stub's body with a call into the bundled split-KV kernels (``vllm/_codemod_kernels``,
+shipped by the same run through :attr:`Plan.added_files`), passing every parameter of
+the function's own signature by name, so the one edit works for every signature vLLM
+has had (``kv_scale`` in 0.4.x, float ``k_scale``/``v_scale`` in 0.5-0.6, tensor scales
+from 0.7).
+
+The import sits inside the function so that importing ``vllm._custom_ops`` stays as
+cheap as before: the kernels (and Triton) load on the first V2 decode only.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Dict, FrozenSet, List, Optional, Tuple
+
+import libcst as cst
+import libcst.matchers as m
+from packaging.specifiers import SpecifierSet
+
+from ._cst_helpers import (
+    body_statements,
+    code_of,
+    is_docstring,
+    marker_line,
+    module_function,
+    small_statements,
+)
+from .base import Plan, Status, Transform, TransformContext
+
+#: Installed name of the tool's kernel package and its directory name inside ``vllm/``.
+KERNEL_PACKAGE = "vllm_codemod.kernels"
+KERNEL_DIR = "_codemod_kernels"
+#: What the patched body imports and calls.
+KERNEL_MODULE = f"vllm.{KERNEL_DIR}"
+KERNEL_ENTRY = "paged_attention_v2"
+KERNEL_ALIAS = "_codemod_paged_attention_v2"
+
+FUNCTION = "paged_attention_v2"
+
+#: Calls a stub may make before raising: logging, printing, warning.
+_LOG_METHODS = frozenset(
+    {"debug", "info", "warning", "warning_once", "warn", "error", "exception", "critical"}
+)
+
+_NOT_IMPLEMENTED = m.Name("NotImplementedError")
+_STUB_RAISE = m.Raise(exc=_NOT_IMPLEMENTED | m.Call(func=_NOT_IMPLEMENTED))
+
+
+def kernel_package_dir() -> Optional[Path]:
+    """The directory of the installed ``vllm_codemod.kernels`` package, or None.
+
+    Found with ``find_spec`` so that nothing of the package runs: its ``__init__``
+    may import torch, and the tool must stay importable (and fast) without it.
+    """
+    try:
+        spec = importlib.util.find_spec(KERNEL_PACKAGE)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for location in spec.submodule_search_locations:
+        path = Path(location)
+        if (path / "__init__.py").is_file():
+            return path
+    return None
+
+
+def bundled_kernel_files() -> Dict[str, bytes]:
+    """The files to ship beside the edit: ``_codemod_kernels/<name>.py`` -> bytes.
+
+    Paths are relative to the ``vllm`` package directory, as :attr:`Plan.added_files`
+    wants them.  Empty when the kernel package is not installed.  The engine may call
+    this too (e.g. to report kernels in a tree that are out of date).
+    """
+    directory = kernel_package_dir()
+    if directory is None:
+        return {}
+    return {
+        f"{KERNEL_DIR}/{path.name}": path.read_bytes() for path in sorted(directory.glob("*.py"))
+    }
+
+
+def accepted_parameters() -> Optional[FrozenSet[str]]:
+    """``ACCEPTED_PARAMETERS`` from the kernel package's ``signature.py``, or None.
+
+    Loaded from its file under a private module name rather than imported as
+    ``vllm_codemod.kernels.signature``: the latter would run the package ``__init__``
+    (torch) first, and the tool never imports torch.
+    """
+    directory = kernel_package_dir()
+    if directory is None or not (directory / "signature.py").is_file():
+        return None
+    spec = importlib.util.spec_from_file_location(
+        "_vllm_codemod_kernel_signature", directory / "signature.py"
+    )
+    if spec is None or spec.loader is None:
+        return None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return frozenset(module.ACCEPTED_PARAMETERS)
+
+
+def _is_log_call(small: cst.BaseSmallStatement) -> bool:
+    """``logger.warning(...)``, ``logging.error(...)``, ``warnings.warn(...)``, ``print(...)``."""
+    if not isinstance(small, cst.Expr) or not isinstance(small.value, cst.Call):
+        return False
+    func = small.value.func
+    if isinstance(func, cst.Name):
+        return func.value == "print"
+    return isinstance(func, cst.Attribute) and func.attr.value in _LOG_METHODS
+
+
+def _split_docstring(
+    stmts: List[cst.BaseStatement],
+) -> Tuple[Optional[cst.BaseStatement], List[cst.BaseStatement]]:
+    if stmts and is_docstring(stmts[0]):
+        return stmts[0], stmts[1:]
+    return None, stmts
+
+
+def _is_stub(stmts: List[cst.BaseStatement]) -> bool:
+    """Whether the body (without its docstring) only logs, passes and raises NotImplementedError.
+
+    The raise must come last: anything after it would be dead code we do not
+    understand, and a raise somewhere in the middle of real code is not a stub.
+    """
+    smalls: List[cst.BaseSmallStatement] = []
+    for stmt in stmts:
+        line = small_statements(stmt)
+        if line is None:
+            return False
+        smalls.extend(line)
+    if not smalls or not m.matches(smalls[-1], _STUB_RAISE):
+        return False
+    for small in smalls[:-1]:
+        if isinstance(small, cst.Pass):
+            continue
+        if isinstance(small, cst.Expr) and isinstance(
+            small.value, (cst.Ellipsis, cst.SimpleString)
+        ):
+            continue
+        if not _is_log_call(small):
+            return False
+    return True
+
+
+def _patched_call_arguments(stmts: List[cst.BaseStatement]) -> Optional[List[str]]:
+    """Keyword names of our own kernel call if ``stmts`` is a body we wrote, else None."""
+    smalls: List[cst.BaseSmallStatement] = []
+    for stmt in stmts:
+        line = small_statements(stmt)
+        if line is None:
+            return None
+        smalls.extend(line)
+    if len(smalls) != 2:
+        return None
+    importer, call = smalls
+    kernel_import = m.ImportFrom(
+        module=m.Attribute(value=m.Name("vllm"), attr=m.Name(KERNEL_DIR)),
+        names=[
+            m.ImportAlias(name=m.Name(KERNEL_ENTRY), asname=m.AsName(name=m.Name(KERNEL_ALIAS)))
+        ],
+    )
+    if not m.matches(importer, kernel_import):
+        return None
+    if not m.matches(call, m.Expr(value=m.Call(func=m.Name(KERNEL_ALIAS)))):
+        return None
+    assert isinstance(call, cst.Expr) and isinstance(call.value, cst.Call)
+    names: List[str] = []
+    for arg in call.value.args:
+        if (
+            arg.keyword is None
+            or arg.star
+            or not isinstance(arg.value, cst.Name)
+            or arg.value.value != arg.keyword.value
+        ):
+            return None
+        names.append(arg.keyword.value)
+    return names
+
+
+def _calls_a_kernel(func: cst.FunctionDef) -> Optional[str]:
+    """Source of the first call to some ``*.paged_attention_v2(...)`` in the body."""
+    calls = m.findall(
+        func.body,
+        m.Call(
+            func=m.Attribute(attr=m.Name(value=m.MatchIfTrue(lambda n: "paged_attention" in n)))
+            | m.Name(value=m.MatchIfTrue(lambda n: "paged_attention" in n))
+        ),
+    )
+    for call in calls:
+        assert isinstance(call, cst.Call)
+        return code_of(call.func)
+    return None
+
+
+def _signature_problem(params: cst.Parameters, accepted: FrozenSet[str]) -> Optional[str]:
+    """Why the signature cannot be forwarded by name, or None when it can."""
+    if params.posonly_params:
+        return (
+            "its parameters are positional-only ("
+            + ", ".join(p.name.value for p in params.posonly_params)
+            + "), so they cannot be passed to the kernel by name"
+        )
+    if isinstance(params.star_arg, cst.Param):
+        return (
+            f"it takes *{params.star_arg.name.value}: the parameters are not named, so the "
+            "kernel cannot be called from the signature alone"
+        )
+    if params.star_kwarg is not None:
+        return (
+            f"it takes **{params.star_kwarg.name.value}: the parameters are not named, so the "
+            "kernel cannot be called from the signature alone"
+        )
+    for param in (*params.params, *params.kwonly_params):
+        if param.name.value not in accepted:
+            return (
+                f"parameter {param.name.value!r} is not one the bundled kernel accepts "
+                f"(it knows: {', '.join(sorted(accepted))})"
+            )
+    return None
+
+
+def _new_body(
+    func: cst.FunctionDef,
+    docstring: Optional[cst.BaseStatement],
+    names: List[str],
+    indent: str,
+) -> cst.IndentedBlock:
+    """The replacement body: docstring (kept), marker, lazy import, call by name."""
+    arguments = "".join(f"{indent * 2}{name}={name},\n" for name in names)
+    snippet = (
+        "def _():\n"
+        f"{indent}from {KERNEL_MODULE} import {KERNEL_ENTRY} as {KERNEL_ALIAS}\n"
+        f"{indent}{KERNEL_ALIAS}(\n{arguments}{indent})\n"
+    )
+    parsed = cst.parse_module(snippet)
+    template = parsed.body[0]
+    assert isinstance(template, cst.FunctionDef) and isinstance(template.body, cst.IndentedBlock)
+    statements = list(template.body.body)
+    statements[0] = statements[0].with_changes(
+        leading_lines=[
+            marker_line(
+                PagedAttentionV2.name,
+                f"NotImplementedError stub -> bundled split-KV V2 kernel (vllm/{KERNEL_DIR})",
+            )
+        ]
+    )
+    if docstring is not None:
+        statements.insert(0, docstring)
+    old = func.body
+    header = old.header if isinstance(old, cst.IndentedBlock) else old.trailing_whitespace
+    footer = old.footer if isinstance(old, cst.IndentedBlock) else ()
+    return cst.IndentedBlock(
+        body=statements,
+        header=header,
+        indent=old.indent if isinstance(old, cst.IndentedBlock) else None,
+        footer=footer,
+    )
+
+
+class PagedAttentionV2(Transform):
+    """Replace a NotImplementedError ``paged_attention_v2`` stub by the bundled kernel."""
+
+    name = "paged-attention-v2"
+    description = (
+        "Replace the NotImplementedError stub of paged_attention_v2 in _custom_ops.py with "
+        "a call into the bundled split-KV PagedAttention V2 kernels (shipped as "
+        "vllm/_codemod_kernels)."
+    )
+    target = "_custom_ops.py"
+    known_versions = SpecifierSet(">=0.4.3,<=0.11.0")
+    options = ()
+
+    def plan(self, module: cst.Module, context: TransformContext) -> Plan:
+        func = module_function(module, FUNCTION)
+        if func is None:
+            # Not NOT_APPLICABLE: paged_attn.py calls ops.paged_attention_v2 on its V2
+            # path, so a tree without the function would break as soon as v2-dispatch
+            # re-enables that path.  Refuse rather than ship a dispatch that crashes.
+            return Plan(
+                Status.CONFLICT,
+                f"no module-level `def {FUNCTION}` found; the V2 decode path needs one",
+            )
+        docstring, stmts = _split_docstring(body_statements(func.body))
+        signature = [p.name.value for p in (*func.params.params, *func.params.kwonly_params)]
+
+        patched = _patched_call_arguments(stmts)
+        is_stub = patched is None and _is_stub(stmts)
+        if patched is None and not is_stub:
+            callee = _calls_a_kernel(func)
+            if callee is not None:
+                return Plan(
+                    Status.NOT_APPLICABLE,
+                    f"{FUNCTION} has a real body (calls {callee}); nothing to replace",
+                )
+            return Plan(
+                Status.CONFLICT,
+                f"{FUNCTION} is neither a NotImplementedError stub nor a call into a "
+                "paged-attention kernel; refusing to guess what its body does",
+            )
+
+        accepted = accepted_parameters()
+        files = bundled_kernel_files()
+        if accepted is None or not files:
+            return Plan(
+                Status.CONFLICT,
+                f"the bundled kernels ({KERNEL_PACKAGE}, with signature.py) are not "
+                "installed with this vllm-codemod; reinstall the tool",
+            )
+        problem = _signature_problem(func.params, accepted)
+        if problem is not None:
+            return Plan(Status.CONFLICT, f"{FUNCTION}: {problem}")
+
+        if patched is not None and patched == signature:
+            return Plan(
+                Status.APPLIED,
+                f"{FUNCTION} already calls the bundled kernel with all {len(signature)} parameters",
+                added_files=files,
+            )
+        indent = (
+            func.body.indent
+            if isinstance(func.body, cst.IndentedBlock) and func.body.indent is not None
+            else module.default_indent
+        )
+        new_func = func.with_changes(body=_new_body(func, docstring, signature, indent))
+        new_module = module.with_changes(
+            body=[new_func if stmt is func else stmt for stmt in module.body]
+        )
+        reason = (
+            f"{FUNCTION} is a NotImplementedError stub; it will call the bundled kernel"
+            if is_stub
+            else f"{FUNCTION} calls the bundled kernel with other parameters than its "
+            "signature has; the call will be regenerated"
+        )
+        return Plan(Status.PENDING, reason, module=new_module, added_files=files)
