@@ -1,0 +1,258 @@
+"""prefix-prefill-warps on in-memory sources: every NUM_WARPS shape 0.4.3 - 0.11.0."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import libcst as cst
+import pytest
+
+from vllm_codemod.transforms import get_transform
+from vllm_codemod.transforms.base import Status, TransformContext
+
+T = get_transform("prefix-prefill-warps")
+
+LAUNCHES = """\
+    if alibi_slopes is not None:
+        _fwd_kernel_alibi[grid](
+            q,
+            k,
+            BLOCK_M=BLOCK,
+            BLOCK_N=BLOCK,
+            num_warps={VAR},
+            num_stages=1,
+        )
+        return
+
+    _fwd_kernel[grid](
+        q,
+        k,
+        BLOCK_M=BLOCK,
+        num_warps={SECOND},
+        num_stages=1,
+    )
+    return
+"""
+
+# vLLM 0.4.3: function-local conditional, lower-case name, everything under an if.
+V043 = (
+    """\
+import torch
+import triton
+
+if triton.__version__ >= "2.1.0":
+
+    @triton.jit
+    def _fwd_kernel(Q, K):
+        pass
+
+    def context_attention_fwd(q, k, v, alibi_slopes=None):
+
+        cap = torch.cuda.get_device_capability()
+        BLOCK = 128 if cap[0] >= 8 else 64
+        Lq, Lk, Lv = q.shape[-1], k.shape[-1], v.shape[-1]
+        grid = (1, 1, 1)
+
+        num_warps = 8 if Lk <= 64 else 8
+"""
+    + "\n".join(
+        "    " + line if line else line
+        for line in LAUNCHES.replace("{VAR}", "num_warps")
+        .replace("{SECOND}", "num_warps")
+        .splitlines()
+    )
+    + "\n"
+)
+
+# vLLM 0.5 - 0.6.3: function-local constant.
+V055 = """\
+import torch
+import triton
+
+if triton.__version__ >= "2.1.0":
+
+    def context_attention_fwd(q, k, v, alibi_slopes=None):
+
+        cap = current_platform.get_device_capability()
+        BLOCK = 128 if cap[0] >= 8 else 64
+        NUM_WARPS = 8
+
+        # need to reduce num. blocks when using fp32
+        if q.dtype is torch.float32:
+            BLOCK = BLOCK // 2
+        grid = (1, 1, 1)
+        _fwd_kernel[grid](q, k, BLOCK_M=BLOCK, num_warps=NUM_WARPS, num_stages=1)
+        return
+"""
+
+MODULE_HEAD = """\
+import torch
+import triton
+
+from vllm.platforms import current_platform
+
+# Static kernels parameters
+BASE_BLOCK = 128 if current_platform.has_device_capability(80) else 64
+{BINDING}
+
+# To check compatibility
+IS_TURING = current_platform.get_device_capability() == (7, 5)
+
+
+def context_attention_fwd(q, k, v, alibi_slopes=None):
+    BLOCK = BASE_BLOCK // 2 if q.dtype is torch.float32 else BASE_BLOCK
+    grid = (1, 1, 1)
+"""
+
+
+def module_level(binding: str, second: str = "NUM_WARPS") -> str:
+    return MODULE_HEAD.replace("{BINDING}", binding) + LAUNCHES.replace(
+        "{VAR}", "NUM_WARPS"
+    ).replace("{SECOND}", second)
+
+
+V066 = module_level("NUM_WARPS = 8")
+V073 = module_level("NUM_WARPS = 4 if current_platform.is_rocm() else 8")
+V085 = module_level("NUM_WARPS = 4 if current_platform.is_rocm() else 8", second="4")
+
+SHAPES = {"0.4.3": V043, "0.5.5": V055, "0.6.6": V066, "0.7.3": V073, "0.8.5": V085}
+
+
+def plan(code: str, warps=None):
+    options = {} if warps is None else {"num_warps": warps}
+    ctx = TransformContext(vllm_root=Path("/nonexistent/vllm"), version=None, options=options)
+    return T.plan(cst.parse_module(code), ctx)
+
+
+def changed_lines(old: str, new: str):
+    import difflib
+
+    return [
+        line
+        for line in difflib.unified_diff(old.splitlines(), new.splitlines(), lineterm="", n=0)
+        if line[:1] in "+-" and not line.startswith(("+++", "---"))
+    ]
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_every_shape_gets_four_warps(shape):
+    code = SHAPES[shape]
+    result = plan(code)
+    assert result.status is Status.PENDING, result.reason
+    new = result.module.code
+    compile(new, "x", "exec")
+    diff = changed_lines(code, new)
+    # exactly one binding changes: one line out, marker + literal in
+    assert len([d for d in diff if d.startswith("-")]) == 1, diff
+    added = [d[1:].strip() for d in diff if d.startswith("+")]
+    assert added[0].startswith("# vllm-codemod: prefix-prefill-warps: was `")
+    assert added[1] in ("num_warps = 4", "NUM_WARPS = 4")
+    assert len(added) == 2
+    again = plan(new)
+    assert again.status is Status.APPLIED and again.module is None
+
+
+def test_literal_num_warps_of_other_launches_is_left_alone():
+    result = plan(V085)
+    new = result.module.code
+    assert new.count("num_warps=4,") == 1  # the _fwd_kernel launch, untouched
+    assert "num_warps=NUM_WARPS," in new
+    assert result.details["left alone"] == "_fwd_kernel(num_warps=4)"
+
+
+def test_conditional_replaced_whole_and_marker_records_it():
+    new = plan(V073).module.code
+    assert (
+        "# vllm-codemod: prefix-prefill-warps: was `4 if current_platform.is_rocm() else 8`; "
+        "4 warps (see docs/transforms.md)\nNUM_WARPS = 4\n"
+    ) in new
+
+
+@pytest.mark.parametrize("warps", [1, 2, 16, 32])
+def test_other_warp_counts(warps):
+    new = plan(V066, warps=warps).module.code
+    assert f"\nNUM_WARPS = {warps}\n" in new
+    assert plan(new, warps=warps).status is Status.APPLIED
+
+
+def test_upstream_eight_is_applied_with_eight():
+    assert plan(V066, warps=8).status is Status.APPLIED
+    # a conditional is never "applied": the tool writes one literal
+    assert plan(V073, warps=8).status is Status.PENDING
+
+
+def test_retune_replaces_the_marker():
+    four = plan(V066).module.code
+    eight = plan(four, warps=8).module.code
+    assert eight.count("# vllm-codemod: prefix-prefill-warps:") == 1
+    assert "was `4`; 8 warps" in eight
+
+
+@pytest.mark.parametrize("warps", [0, 3, 6, 64])
+def test_invalid_warp_counts_conflict(warps):
+    result = plan(V066, warps=warps)
+    assert result.status is Status.CONFLICT
+    assert "power of two" in result.reason
+
+
+def test_block_sizes_are_reported_not_changed():
+    result = plan(V066)
+    assert (
+        result.details["BASE_BLOCK"] == "128 if current_platform.has_device_capability(80) else 64"
+    )
+    assert result.details["BLOCK"] == "BASE_BLOCK // 2 if q.dtype is torch.float32 else BASE_BLOCK"
+    assert result.details["num_warps"] == "NUM_WARPS = 8"
+    old = plan(V055)
+    assert old.details["BLOCK"] == "128 if cap[0] >= 8 else 64; then BLOCK // 2"
+    assert "BLOCK = BLOCK // 2" in old.module.code
+
+
+def test_trailing_comment_on_the_binding_is_dropped_but_neighbours_kept():
+    code = module_level("NUM_WARPS = 8  # tuned for BI-V100")
+    new = plan(code).module.code
+    assert "tuned for BI-V100" not in new
+    assert "# Static kernels parameters\nBASE_BLOCK = 128" in new
+    assert "\n\n# To check compatibility\n" in new
+
+
+@pytest.mark.parametrize(
+    "binding, needle",
+    [
+        ('NUM_WARPS = int(os.environ.get("IXUCA_PREFIX_PREFILL_NUM_WARPS", "8"))', "run time"),
+        ("NUM_WARPS = get_num_warps()", "run time"),
+        ("NUM_WARPS = 4 if current_platform.is_rocm() else WARPS", "run time"),
+        ("NUM_WARPS = 8\nNUM_WARPS = 16", "assigned 2 times at module level"),
+        ("WARPS = 8", "no assignment found"),
+    ],
+)
+def test_unknown_shapes_conflict(binding, needle):
+    result = plan(module_level(binding))
+    assert result.status is Status.CONFLICT
+    assert needle in result.reason
+    assert result.module is None
+
+
+def test_parameter_conflicts():
+    code = (
+        "def context_attention_fwd(q, NUM_WARPS=8):\n"
+        "    _fwd_kernel[grid](q, num_warps=NUM_WARPS)\n"
+    )
+    result = plan(code)
+    assert result.status is Status.CONFLICT
+    assert "parameter" in result.reason
+
+
+def test_no_named_launch_conflicts():
+    code = "def context_attention_fwd(q):\n    _fwd_kernel[grid](q, num_warps=8)\n"
+    result = plan(code)
+    assert result.status is Status.CONFLICT
+    assert "from a variable" in result.reason
+
+
+def test_local_binding_shadows_module_constant():
+    code = module_level("NUM_WARPS = 8").replace(
+        "    grid = (1, 1, 1)\n", "    grid = (1, 1, 1)\n    NUM_WARPS = 16\n"
+    )
+    new = plan(code).module.code
+    assert "\nNUM_WARPS = 8\n" in new  # the module constant nobody launches with
+    assert "    NUM_WARPS = 4\n" in new
