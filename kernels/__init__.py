@@ -1,0 +1,29 @@
+"""Split-KV PagedAttention V2 kernels bundled by vllm-codemod.
+
+Shipped twice: as ``vllm_codemod.kernels`` and, copied verbatim, as
+``vllm._codemod_kernels`` in a patched vLLM tree.  Hence relative imports only, and
+nothing heavy here: importing this package must not import torch or triton.
+"""
+
+from .signature import ACCEPTED_PARAMETERS, ALIASES, CANONICAL_PARAMETERS, PARTITION_SIZE
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ACCEPTED_PARAMETERS",
+    "ALIASES",
+    "CANONICAL_PARAMETERS",
+    "PARTITION_SIZE",
+    "__version__",
+    "paged_attention_v2",
+]
+
+
+def paged_attention_v2(*args, **kwargs):
+    """vLLM's ``ops.paged_attention_v2`` (any 0.4.3 - 0.11.0 spelling); writes ``out``.
+
+    Thin wrapper: the implementation (torch, and Triton where usable) loads on first call.
+    """
+    from .dispatch import paged_attention_v2 as _impl
+
+    return _impl(*args, **kwargs)

@@ -1,0 +1,142 @@
+"""Run the entry point at a few shapes against the float64 reference.
+
+Imported by ``vllm-codemod verify`` from the patched tree under a private package name,
+so everything here is relative and nothing assumes what the package is called.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Dict, List, Optional
+
+import torch
+
+from .dispatch import paged_attention_v2_with_path
+from .reference import reference_paged_attention
+from .signature import PARTITION_SIZE
+
+_TOL = {torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 2e-2}
+
+
+def _case(
+    seq_lens: List[int],
+    num_heads: int,
+    num_kv_heads: int,
+    head_size: int,
+    block_size: int,
+    dtype: torch.dtype,
+    device: str,
+    gen: torch.Generator,
+    alibi: bool = False,
+) -> Dict[str, object]:
+    num_seqs = len(seq_lens)
+    x = 16 // torch.tensor([], dtype=dtype).element_size()
+    per_seq = [math.ceil(n / block_size) for n in seq_lens]
+    num_blocks = sum(per_seq) + 1
+    width = max(per_seq)
+    perm = torch.randperm(num_blocks, generator=gen)
+    tables = torch.zeros(num_seqs, width, dtype=torch.int32)
+    used = 0
+    for s, nb in enumerate(per_seq):
+        tables[s, :nb] = perm[used : used + nb].to(torch.int32)
+        used += nb
+    key = torch.randn(num_blocks, num_kv_heads, head_size // x, block_size, x, generator=gen)
+    value = torch.randn(num_blocks, num_kv_heads, head_size, block_size, generator=gen)
+    query = torch.randn(num_seqs, num_heads, head_size, generator=gen)
+    parts = math.ceil(max(seq_lens) / PARTITION_SIZE) + 1
+    nan = float("nan")
+    args = dict(
+        out=torch.full((num_seqs, num_heads, head_size), nan, dtype=dtype),
+        exp_sums=torch.full((num_seqs, num_heads, parts), nan),
+        max_logits=torch.full((num_seqs, num_heads, parts), nan),
+        tmp_out=torch.full((num_seqs, num_heads, parts, head_size), nan, dtype=dtype),
+        query=query.to(dtype),
+        key_cache=key.to(dtype),
+        value_cache=value.to(dtype),
+        num_kv_heads=num_kv_heads,
+        scale=1.0 / math.sqrt(head_size),
+        block_tables=tables,
+        seq_lens=torch.tensor(seq_lens, dtype=torch.int32),
+        block_size=block_size,
+        max_seq_len=max(seq_lens),
+        alibi_slopes=torch.rand(num_heads, generator=gen) * 0.05 if alibi else None,
+    )
+    return {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in args.items()}
+
+
+def _shapes(device: str, quick: bool):
+    gpu = device.startswith("cuda")
+    long_len = (100_000 if not quick else 32_768) if gpu else (4096 if quick else 16_384)
+    shapes = [
+        # (label, seq_lens, heads, kv_heads, head_size, block_size, dtype, alibi)
+        ("mixed-lens fp32 MHA h64 bs16 alibi", [1, 513, 1024, 77], 4, 4, 64, 16, torch.float32, 1),
+        ("GQA 8q/2kv bf16 h128 bs16", [700, 1536], 8, 2, 128, 16, torch.bfloat16, 0),
+        ("MQA 8q/1kv fp16 h80 bs32", [1025, 3], 8, 1, 80, 32, torch.float16, 0),
+        (
+            f"long {long_len} GQA 8q/2kv bf16 h128 bs16",
+            [long_len],
+            8,
+            2,
+            128,
+            16,
+            torch.bfloat16,
+            0,
+        ),
+    ]
+    if not quick:
+        shapes += [
+            ("GQA 32q/8kv fp16 h256 bs8", [2048, 4097], 32, 8, 256, 8, torch.float16, 0),
+            ("fp32 h96 bs32 alibi", [1, 2, 600], 6, 3, 96, 32, torch.float32, 1),
+        ]
+    return shapes
+
+
+def run_selfcheck(
+    device: Optional[str] = None, quick: bool = True, seed: int = 0
+) -> List[Dict[str, object]]:
+    """Per shape: {"shape", "path", "max_abs_err", "rel_err", "ok", "seconds"}."""
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    gen = torch.Generator().manual_seed(seed)
+    results: List[Dict[str, object]] = []
+    for label, lens, nh, nkv, hs, bs, dtype, alibi in _shapes(device, quick):
+        a = _case(lens, nh, nkv, hs, bs, dtype, device, gen, alibi=bool(alibi))
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        error = None
+        try:
+            path = paged_attention_v2_with_path(**a)
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()
+        except Exception as exc:  # report, do not crash the verify command
+            path, error = "error", f"{type(exc).__name__}: {exc}"
+        seconds = time.perf_counter() - t0
+        ref = reference_paged_attention(
+            a["query"],
+            a["key_cache"],
+            a["value_cache"],
+            a["block_tables"],
+            a["seq_lens"].tolist(),
+            a["scale"],
+            a["alibi_slopes"],
+        )
+        out = a["out"].detach().to(torch.float64).cpu()
+        diff = out - ref
+        max_abs = float(diff.abs().max()) if error is None else float("inf")
+        rel = float(diff.norm() / ref.norm()) if error is None else float("inf")
+        if math.isnan(max_abs) or math.isnan(rel):
+            max_abs = rel = float("inf")  # an unwritten (NaN-poisoned) element
+        entry: Dict[str, object] = {
+            "shape": label,
+            "path": path,
+            "max_abs_err": max_abs,
+            "rel_err": rel,
+            "ok": error is None and rel < _TOL[dtype],
+            "seconds": seconds,
+        }
+        if error is not None:
+            entry["error"] = error
+        results.append(entry)
+    return results

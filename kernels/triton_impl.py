@@ -1,0 +1,384 @@
+"""Triton PagedAttention V2: split-KV partitions of 512 tokens + a log-sum-exp reduction.
+
+One program per (sequence, kv head, partition): it loads every query head that shares
+the kv head (GQA/MQA; rows padded to >= 16 for ``tl.dot``), gathers K/V through the
+block table tile by tile, and keeps an online softmax.  Each K/V byte is read once per
+kv head.  It writes vLLM's partition buffers (``tmp_out`` normalized by the partition's
+own exp-sum, ``exp_sums``, ``max_logits``); a second kernel reduces them into ``out``.
+
+Only Triton 2.1 language features: tl.dot, masked tl.load/tl.store, tl.max/tl.sum,
+tl.exp, tl.where, tl.arange, tl.zeros, constexpr.  fp32 caches use a 3-pass bf16
+split product (hi*hi + hi*lo + lo*hi), so no TF32/precision keyword is needed.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Optional, Tuple
+
+import torch
+import triton
+import triton.language as tl
+
+from .signature import PARTITION_SIZE
+
+
+@triton.jit
+def _dot(a, b, F32_SPLIT: tl.constexpr):
+    if F32_SPLIT:
+        a_hi = a.to(tl.bfloat16)
+        a_lo = (a - a_hi.to(tl.float32)).to(tl.bfloat16)
+        b_hi = b.to(tl.bfloat16)
+        b_lo = (b - b_hi.to(tl.float32)).to(tl.bfloat16)
+        r = tl.dot(a_hi, b_hi)
+        r += tl.dot(a_hi, b_lo)
+        r += tl.dot(a_lo, b_hi)
+    else:
+        r = tl.dot(a, b)
+    return r
+
+
+@triton.jit
+def _pa_v2_partition_kernel(
+    exp_sums_ptr,
+    max_logits_ptr,
+    tmp_out_ptr,
+    q_ptr,
+    k_cache_ptr,
+    v_cache_ptr,
+    block_tables_ptr,
+    seq_lens_ptr,
+    alibi_ptr,
+    scale,
+    num_kv_heads,
+    num_group_chunks,
+    stride_qs,
+    stride_qh,
+    stride_qd,
+    stride_kb,
+    stride_kh,
+    stride_kd,
+    stride_kt,
+    stride_kx,
+    stride_vb,
+    stride_vh,
+    stride_vd,
+    stride_vt,
+    stride_bt,
+    stride_es_s,
+    stride_es_h,
+    stride_es_p,
+    stride_ml_s,
+    stride_ml_h,
+    stride_ml_p,
+    stride_to_s,
+    stride_to_h,
+    stride_to_p,
+    stride_to_d,
+    QUERIES_PER_KV: tl.constexpr,
+    G_PAD: tl.constexpr,
+    HEAD_SIZE: tl.constexpr,
+    D_PAD: tl.constexpr,
+    X: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    PART: tl.constexpr,
+    TILE: tl.constexpr,
+    USE_ALIBI: tl.constexpr,
+    F32_SPLIT: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    part = tl.program_id(1)
+    gc = pid % num_group_chunks
+    seq_kvh = pid // num_group_chunks
+    seq = seq_kvh // num_kv_heads
+    kvh = seq_kvh % num_kv_heads
+
+    seq_len = tl.load(seq_lens_ptr + seq)
+    start = part * PART
+    end = tl.minimum(start + PART, seq_len)
+    num_tiles = tl.cdiv(tl.maximum(end - start, 0), TILE)
+    part_ok = start < seq_len
+
+    rows = gc * G_PAD + tl.arange(0, G_PAD)
+    row_ok = rows < QUERIES_PER_KV
+    heads = kvh * QUERIES_PER_KV + rows
+    d = tl.arange(0, D_PAD)
+    d_ok = d < HEAD_SIZE
+
+    q = tl.load(
+        q_ptr + seq * stride_qs + heads[:, None] * stride_qh + d[None, :] * stride_qd,
+        mask=row_ok[:, None] & d_ok[None, :],
+        other=0.0,
+    )
+    q = q.to(k_cache_ptr.dtype.element_ty)
+    if F32_SPLIT:
+        q = q.to(tl.float32)
+    if USE_ALIBI:
+        slopes = tl.load(alibi_ptr + heads, mask=row_ok, other=0.0).to(tl.float32)
+
+    k_base = k_cache_ptr + kvh * stride_kh
+    v_base = v_cache_ptr + kvh * stride_vh
+    k_d = (d // X) * stride_kd + (d % X) * stride_kx
+    v_d = d * stride_vd
+    bt_base = block_tables_ptr + seq * stride_bt
+
+    m_i = tl.zeros([G_PAD], dtype=tl.float32) - float("inf")
+    l_i = tl.zeros([G_PAD], dtype=tl.float32)
+    acc = tl.zeros([G_PAD, D_PAD], dtype=tl.float32)
+    for i in range(0, num_tiles):
+        offs = start + i * TILE + tl.arange(0, TILE)
+        t_ok = offs < end
+        blk = tl.load(bt_base + offs // BLOCK_SIZE, mask=t_ok, other=0).to(tl.int64)
+        t_in = offs % BLOCK_SIZE
+        k = tl.load(
+            k_base + blk[None, :] * stride_kb + t_in[None, :] * stride_kt + k_d[:, None],
+            mask=d_ok[:, None] & t_ok[None, :],
+            other=0.0,
+        )  # [D_PAD, TILE]
+        if F32_SPLIT:
+            k = k.to(tl.float32)
+        s = _dot(q, k, F32_SPLIT) * scale  # [G_PAD, TILE]
+        if USE_ALIBI:
+            s += slopes[:, None] * (offs - seq_len + 1).to(tl.float32)[None, :]
+        s = tl.where(t_ok[None, :], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        p = tl.exp(s - m_new[:, None])
+        alpha = tl.exp(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(
+            v_base + blk[:, None] * stride_vb + t_in[:, None] * stride_vt + v_d[None, :],
+            mask=t_ok[:, None] & d_ok[None, :],
+            other=0.0,
+        )  # [TILE, D_PAD]
+        if F32_SPLIT:
+            pv = _dot(p, v.to(tl.float32), F32_SPLIT)
+        else:
+            pv = tl.dot(p.to(v.dtype), v)
+        acc = acc * alpha[:, None] + pv
+        m_i = m_new
+
+    l_safe = tl.where(l_i > 0, l_i, 1.0)
+    res = acc / l_safe[:, None]
+    st_rows = row_ok & part_ok
+    to_ptrs = (
+        tmp_out_ptr
+        + seq * stride_to_s
+        + heads[:, None] * stride_to_h
+        + part * stride_to_p
+        + d[None, :] * stride_to_d
+    )
+    tl.store(to_ptrs, res.to(tmp_out_ptr.dtype.element_ty), mask=st_rows[:, None] & d_ok[None, :])
+    tl.store(
+        exp_sums_ptr + seq * stride_es_s + heads * stride_es_h + part * stride_es_p,
+        l_i,
+        mask=st_rows,
+    )
+    tl.store(
+        max_logits_ptr + seq * stride_ml_s + heads * stride_ml_h + part * stride_ml_p,
+        m_i,
+        mask=st_rows,
+    )
+
+
+@triton.jit
+def _pa_v2_reduce_kernel(
+    out_ptr,
+    exp_sums_ptr,
+    max_logits_ptr,
+    tmp_out_ptr,
+    seq_lens_ptr,
+    num_heads,
+    stride_os,
+    stride_oh,
+    stride_od,
+    stride_es_s,
+    stride_es_h,
+    stride_es_p,
+    stride_ml_s,
+    stride_ml_h,
+    stride_ml_p,
+    stride_to_s,
+    stride_to_h,
+    stride_to_p,
+    stride_to_d,
+    HEAD_SIZE: tl.constexpr,
+    D_PAD: tl.constexpr,
+    PART: tl.constexpr,
+    P_TILE: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    seq = pid // num_heads
+    h = pid % num_heads
+    seq_len = tl.load(seq_lens_ptr + seq)
+    num_parts = tl.cdiv(seq_len, PART)
+    n_chunks = tl.cdiv(num_parts, P_TILE)
+    pp = tl.arange(0, P_TILE)
+    d = tl.arange(0, D_PAD)
+    d_ok = d < HEAD_SIZE
+    ml_base = max_logits_ptr + seq * stride_ml_s + h * stride_ml_h
+    es_base = exp_sums_ptr + seq * stride_es_s + h * stride_es_h
+    to_base = tmp_out_ptr + seq * stride_to_s + h * stride_to_h
+
+    m_vec = tl.zeros([P_TILE], dtype=tl.float32) - float("inf")
+    for c in range(0, n_chunks):
+        p = c * P_TILE + pp
+        ml = tl.load(ml_base + p * stride_ml_p, mask=p < num_parts, other=float("-inf"))
+        m_vec = tl.maximum(m_vec, ml)
+    m_all = tl.max(m_vec, 0)
+
+    den = tl.zeros([P_TILE], dtype=tl.float32)
+    acc = tl.zeros([D_PAD], dtype=tl.float32)
+    for c in range(0, n_chunks):
+        p = c * P_TILE + pp
+        p_ok = p < num_parts
+        ml = tl.load(ml_base + p * stride_ml_p, mask=p_ok, other=float("-inf"))
+        es = tl.load(es_base + p * stride_es_p, mask=p_ok, other=0.0)
+        w = tl.where(p_ok, tl.exp(ml - m_all) * es, 0.0)
+        den += w
+        t = tl.load(
+            to_base + p[:, None] * stride_to_p + d[None, :] * stride_to_d,
+            mask=p_ok[:, None] & d_ok[None, :],
+            other=0.0,
+        ).to(tl.float32)
+        acc += tl.sum(w[:, None] * t, 0)
+    total = tl.sum(den, 0)
+    total = tl.where(total > 0, total, 1.0)
+    res = acc / total
+    tl.store(
+        out_ptr + seq * stride_os + h * stride_oh + d * stride_od,
+        res.to(out_ptr.dtype.element_ty),
+        mask=d_ok,
+    )
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, (int(n) - 1).bit_length())
+
+
+# (tile tokens, num_warps, num_stages) keyed by padded head size; overridable for tuning.
+DEFAULT_CONFIGS: Dict[int, Tuple[int, int, int]] = {
+    32: (128, 4, 3),
+    64: (128, 4, 3),
+    128: (64, 4, 3),
+    256: (32, 4, 3),
+}
+_config_override: Optional[Tuple[int, int, int]] = None
+MAX_GROUP_ROWS = 64
+
+
+def set_config_override(config: Optional[Tuple[int, int, int]]) -> None:
+    """Force (tile, num_warps, num_stages) for every launch (benchmarks); None restores."""
+    global _config_override
+    _config_override = config
+
+
+def paged_attention_v2_triton(
+    out: torch.Tensor,
+    exp_sums: torch.Tensor,
+    max_logits: torch.Tensor,
+    tmp_out: torch.Tensor,
+    query: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    num_kv_heads: int,
+    scale: float,
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    block_size: int,
+    max_seq_len: int,
+    alibi_slopes: Optional[torch.Tensor] = None,
+) -> None:
+    num_seqs, num_heads, head_size = query.shape
+    qpk = num_heads // num_kv_heads
+    g_pad = max(16, min(_next_pow2(qpk), MAX_GROUP_ROWS))
+    n_gc = (qpk + g_pad - 1) // g_pad
+    d_pad = max(16, _next_pow2(head_size))
+    x = key_cache.shape[4]
+    num_parts = (max_seq_len + PARTITION_SIZE - 1) // PARTITION_SIZE
+    tile, warps, stages = _config_override or DEFAULT_CONFIGS.get(d_pad, (32, 4, 2))
+    tile = min(tile, PARTITION_SIZE)
+    f32_split = key_cache.dtype == torch.float32
+    if f32_split:
+        tile = min(tile, 64)
+    if seq_lens.dtype not in (torch.int32, torch.int64):
+        seq_lens = seq_lens.to(torch.int32)
+    use_alibi = alibi_slopes is not None
+    if use_alibi and alibi_slopes.dtype != torch.float32:
+        alibi_slopes = alibi_slopes.to(torch.float32)
+    alibi_arg = alibi_slopes if use_alibi else seq_lens  # dummy pointer when unused
+
+    grid = (num_seqs * num_kv_heads * n_gc, num_parts)
+    _pa_v2_partition_kernel[grid](
+        exp_sums,
+        max_logits,
+        tmp_out,
+        query,
+        key_cache,
+        value_cache,
+        block_tables,
+        seq_lens,
+        alibi_arg,
+        scale,
+        num_kv_heads,
+        n_gc,
+        query.stride(0),
+        query.stride(1),
+        query.stride(2),
+        key_cache.stride(0),
+        key_cache.stride(1),
+        key_cache.stride(2),
+        key_cache.stride(3),
+        key_cache.stride(4),
+        value_cache.stride(0),
+        value_cache.stride(1),
+        value_cache.stride(2),
+        value_cache.stride(3),
+        block_tables.stride(0),
+        exp_sums.stride(0),
+        exp_sums.stride(1),
+        exp_sums.stride(2),
+        max_logits.stride(0),
+        max_logits.stride(1),
+        max_logits.stride(2),
+        tmp_out.stride(0),
+        tmp_out.stride(1),
+        tmp_out.stride(2),
+        tmp_out.stride(3),
+        QUERIES_PER_KV=qpk,
+        G_PAD=g_pad,
+        HEAD_SIZE=head_size,
+        D_PAD=d_pad,
+        X=x,
+        BLOCK_SIZE=block_size,
+        PART=PARTITION_SIZE,
+        TILE=tile,
+        USE_ALIBI=use_alibi,
+        F32_SPLIT=f32_split,
+        num_warps=warps,
+        num_stages=stages,
+    )
+    _pa_v2_reduce_kernel[(num_seqs * num_heads,)](
+        out,
+        exp_sums,
+        max_logits,
+        tmp_out,
+        seq_lens,
+        num_heads,
+        out.stride(0),
+        out.stride(1),
+        out.stride(2),
+        exp_sums.stride(0),
+        exp_sums.stride(1),
+        exp_sums.stride(2),
+        max_logits.stride(0),
+        max_logits.stride(1),
+        max_logits.stride(2),
+        tmp_out.stride(0),
+        tmp_out.stride(1),
+        tmp_out.stride(2),
+        tmp_out.stride(3),
+        HEAD_SIZE=head_size,
+        D_PAD=d_pad,
+        PART=PARTITION_SIZE,
+        P_TILE=32 if d_pad <= 128 else 16,
+        num_warps=4,
+    )
