@@ -53,16 +53,35 @@ class _Launch:
         return code_of(self.call.func.value)
 
 
+def _is_device_code(node: cst.FunctionDef) -> bool:
+    """``@triton.jit`` / ``@jit`` kernels: device code never launches kernels.
+
+    Skipping them is not only a shortcut (they are most of the file and libcst walks
+    are slow): a ``num_warps`` there would not be a launch parameter.
+    """
+    for decorator in node.decorators:
+        target = decorator.decorator
+        if isinstance(target, cst.Call):
+            target = target.func
+        if m.matches(target, m.Name("jit") | m.Attribute(attr=m.Name("jit"))):
+            return True
+    return False
+
+
 class _LaunchFinder(cst.CSTVisitor):
     def __init__(self) -> None:
         self.stack: List[cst.FunctionDef] = []
         self.launches: List[_Launch] = []
 
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        if _is_device_code(node):
+            return False  # children skipped; leave_FunctionDef still runs
         self.stack.append(node)
+        return True
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
-        self.stack.pop()
+        if self.stack and self.stack[-1] is original_node:
+            self.stack.pop()
 
     def visit_Call(self, node: cst.Call) -> None:
         if m.matches(node, _LAUNCH):
@@ -75,6 +94,9 @@ class _Replace(cst.CSTTransformer):
     def __init__(self, edits: Dict[int, cst.SimpleStatementLine]) -> None:
         super().__init__()
         self.edits = edits
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return not _is_device_code(node)  # nothing to edit in kernels; saves the walk
 
     def leave_SimpleStatementLine(
         self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
