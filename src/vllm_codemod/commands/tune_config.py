@@ -1,0 +1,191 @@
+"""``vllm-codemod tune-config FILE``: retune a deployment's run config in place.
+
+The patched kernels make long-context decode cheap, which moves the bottleneck to the
+scheduler budget; the run config that launches vLLM is where that budget lives, so the
+same build step that patches the tree can retune it.  Editing happens on the original
+text (see :mod:`vllm_codemod.run_config`), so a reviewer's diff shows only the values.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Tuple
+
+import click
+
+from ..errors import CodemodError
+from ..run_config import TUNABLE, Plan, parse_overrides, plan
+from ._common import emit_json, user_errors
+
+_BOM = "\ufeff"
+
+
+def _read(path: Path) -> Tuple[bytes, str, bool]:
+    """The file's bytes and text; the text keeps its own line endings."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise CodemodError(f"{path}: no such file; pass the run config YAML to retune") from None
+    except IsADirectoryError:
+        raise CodemodError(f"{path}: is a directory; pass the run config YAML file") from None
+    except OSError as exc:
+        raise CodemodError(f"{path}: cannot read ({exc.strerror}); check permissions") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CodemodError(
+            f"{path}: not UTF-8 (byte {exc.start}); save the run config as UTF-8"
+        ) from None
+    bom = text.startswith(_BOM)
+    return data, text[1:] if bom else text, bom
+
+
+def _write(path: Path, original: bytes, text: str, bom: bool) -> None:
+    """Replace the file atomically (temp file in the same directory, mode kept).
+
+    A symlinked config keeps its link: we write the file it points to.  If someone
+    changed the file while we planned, we refuse rather than clobber their edit.
+    """
+    from ..fsutil import atomic_write
+
+    target = Path(os.path.realpath(path))
+    if target.read_bytes() != original:
+        raise CodemodError(f"{path}: changed while tune-config ran; run it again")
+    try:
+        atomic_write(target, ((_BOM if bom else "") + text).encode("utf-8"))
+    except OSError as exc:
+        raise CodemodError(
+            f"{path}: cannot write ({exc.strerror}); check permissions on {target.parent}"
+        ) from None
+
+
+def _payload(path: Path, result: Plan, dry_run: bool, code: int) -> Dict[str, Any]:
+    return {
+        "file": str(path),
+        "dry_run": dry_run,
+        "changed": result.changed,
+        "edits": [
+            {
+                "key": e.key,
+                "spelling": e.spelling,
+                "kind": e.kind,
+                "line": e.line,
+                "column": e.column,
+                "old": e.old,
+                "new": e.new,
+            }
+            for e in result.edits
+        ],
+        "unchanged": [
+            {"key": o.key, "spelling": o.spelling, "kind": o.kind, "line": o.line, "value": o.raw}
+            for o in result.unchanged
+        ],
+        "skipped": [
+            {"key": o.key, "line": o.line, "value": o.raw, "reason": why}
+            for o, why in result.skipped
+        ],
+        "missing": result.missing,
+        "exit_code": code,
+    }
+
+
+def _report(path: Path, result: Plan, targets: Dict[str, Any], dry_run: bool) -> None:
+    verb = "would set" if dry_run else "set"
+    for edit in result.edits:
+        if edit.old is None:
+            click.echo(
+                f"{path}:{edit.line}: {verb} {edit.key} {edit.new} (added as top-level key "
+                f"{edit.spelling})",
+                err=dry_run,
+            )
+        else:
+            click.echo(
+                f"{path}:{edit.line}: {verb} {edit.key} {edit.old} -> {edit.new} "
+                f"({edit.kind} {edit.spelling})",
+                err=dry_run,
+            )
+    for occ, why in result.skipped:
+        click.echo(f"{path}:{occ.line}: {occ.describe()}: {why}", err=True)
+    for name in result.missing:
+        click.echo(
+            f"{path}: no {name} anywhere; nothing added (pass --add to add it as a top-level key)",
+            err=True,
+        )
+    if dry_run:
+        return
+    if result.changed:
+        click.echo(f"updated {len(result.edits)} value(s) in {path}")
+    else:
+        wanted = ", ".join(f"{k}={TUNABLE[k].render(v)}" for k, v in targets.items())
+        click.echo(f"nothing to do: {path} already matches ({wanted})")
+
+
+@click.command(
+    "tune-config",
+    epilog="""\b
+Keys (either spelling; found at any depth as mapping keys, list flags, or flags inside
+command strings):
+  max-num-batched-tokens   positive integer       (default 16384)
+  gpu-memory-utilization   number in (0, 1]       (default 0.95)
+Exit status: 0 done or nothing to do, 1 --diff found changes pending, 2 error
+(nothing written).
+Examples:
+  vllm-codemod tune-config computility-run.yaml
+  vllm-codemod tune-config run.yaml --set gpu-memory-utilization=0.9 --diff
+  vllm-codemod tune-config run.yaml --set max_num_batched_tokens=32768 --add --json
+""",
+)
+@click.argument("file", type=click.Path(path_type=Path, dir_okay=True))
+@click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Target value for a key (repeatable); KEY with dashes or underscores.",
+)
+@click.option(
+    "--add",
+    is_flag=True,
+    help="Add a key that appears nowhere as a top-level key of the first YAML document.",
+)
+@click.option(
+    "--diff",
+    "dry_run",
+    is_flag=True,
+    help="Dry run: print a unified diff and write nothing (exit 1 if changes are pending).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@user_errors
+def tune_config(
+    file: Path, overrides: Tuple[str, ...], add: bool, dry_run: bool, as_json: bool
+) -> None:
+    """Retune max-num-batched-tokens and gpu-memory-utilization in a vLLM run config.
+
+    Every occurrence is updated in place; comments, order, quoting and indentation
+    stay byte-identical.  Refuses (exit 2, nothing written) a config that disables
+    chunked prefill with a max-model-len above the new max-num-batched-tokens.
+    """
+    targets = parse_overrides(overrides)
+    original, text, bom = _read(file)
+    result = plan(text, str(file), targets, add=add)
+    code = 1 if dry_run and result.changed else 0
+    if dry_run:
+        if as_json:
+            payload = _payload(file, result, dry_run, code)
+            payload["diff"] = result.unified_diff(str(file))
+            emit_json(payload)
+        else:
+            click.echo(result.unified_diff(str(file)), nl=False)
+            _report(file, result, targets, dry_run=True)
+        sys.exit(code)
+    if result.changed:
+        _write(file, original, result.new_text, bom)
+    if as_json:
+        emit_json(_payload(file, result, dry_run, code))
+    else:
+        _report(file, result, targets, dry_run=False)
+
+
+__all__: List[str] = ["tune_config"]
