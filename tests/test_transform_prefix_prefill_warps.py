@@ -256,3 +256,20 @@ def test_local_binding_shadows_module_constant():
     new = plan(code).module.code
     assert "\nNUM_WARPS = 8\n" in new  # the module constant nobody launches with
     assert "    NUM_WARPS = 4\n" in new
+
+
+def test_device_code_is_not_searched_for_launches():
+    code = (
+        "@triton.jit\n"
+        "def _kernel(Q, NUM_WARPS: tl.constexpr):\n"
+        "    helper[grid](Q, num_warps=NUM_WARPS)\n"
+        "\n\n"
+        "NUM_WARPS = 8\n"
+        "\n\n"
+        "def context_attention_fwd(q):\n"
+        "    _kernel[grid](q, num_warps=NUM_WARPS)\n"
+    )
+    result = plan(code)
+    assert result.status is Status.PENDING, result.reason
+    assert "\nNUM_WARPS = 4\n" in result.module.code
+    assert "helper[grid](Q, num_warps=NUM_WARPS)" in result.module.code
