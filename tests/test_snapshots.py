@@ -87,7 +87,11 @@ def test_every_fixture_tree_is_covered():
     assert len([t for t in TREES if t.startswith("upstream/")]) == 10
     assert {"bi-v100/corex-0.4.3", "bi-v100/corex-0.11.0"} <= set(TREES)
     assert CONFLICT_TREES <= set(TREES)
-    stored = {d.name for d in SNAPSHOTS.iterdir() if d.is_dir()} if SNAPSHOTS.is_dir() else set()
+    stored = (
+        {d.name for d in SNAPSHOTS.iterdir() if d.is_dir() and not d.name.startswith(".")}
+        if SNAPSHOTS.is_dir()
+        else set()
+    )
     stale = stored - {_golden_dir(t).name for t in PATCHABLE}
     assert not stale, f"goldens for trees that no longer exist: {sorted(stale)}"
 
