@@ -90,6 +90,10 @@ class Transform:
     #: vLLM releases whose shapes of ``target`` this transform was written against
     known_versions: ClassVar[SpecifierSet]
     options: ClassVar[Tuple[Option, ...]] = ()
+    #: top-level names whose defining statements are all the transform needs to see;
+    #: the engine then parses just those (fast, and untouched text stays untouched).
+    #: Empty means the whole module.
+    anchors: ClassVar[Tuple[str, ...]] = ()
 
     def plan(self, module: cst.Module, context: TransformContext) -> Plan:  # pragma: no cover
         raise NotImplementedError

@@ -18,6 +18,7 @@ from vllm_codemod.transforms.base import Plan, Status, Transform, TransformConte
 
 from .discovery import VllmTree
 from .errors import CodemodError
+from .excerpt import make_excerpt
 from .fsutil import sha256_bytes
 
 
@@ -70,15 +71,54 @@ def _read_target(tree: VllmTree, rel: str, transform: Transform) -> bytes:
         raise CodemodError(f"{path}: cannot read it ({exc.strerror})") from None
 
 
-def _parse(path: Path, data: bytes, transform: Transform) -> cst.Module:
+def _decode(path: Path, data: bytes) -> str:
     try:
-        return cst.parse_module(data)
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CodemodError(
+            f"{path}: not UTF-8 (byte {exc.start}); vLLM sources are UTF-8, so this file is "
+            "damaged; reinstall it"
+        ) from None
+
+
+def _parse(path: Path, text: str, transform: Transform) -> cst.Module:
+    try:
+        return cst.parse_module(text)
     except cst.ParserSyntaxError as exc:
         raise CodemodError(
             f"{path}:{exc.raw_line}:{exc.raw_column}: cannot parse this file "
             f"({exc.message.splitlines()[0] if exc.message else 'syntax error'}); "
             f"repair it or pass --skip {transform.name}"
         ) from None
+
+
+def _plan_text(
+    path: Path, text: str, transform: Transform, context: TransformContext
+) -> Tuple[Plan, Optional[str]]:
+    """Run one transform on ``text``; returns its plan and the new text when pending.
+
+    Transforms that name anchors see only the top-level statements defining them
+    (see :mod:`vllm_codemod.excerpt`); any edit an excerpt cannot carry back falls
+    back to planning on the whole file.
+    """
+    anchors = getattr(transform, "anchors", ())
+    excerpt = make_excerpt(text, anchors) if anchors else None
+    if excerpt is not None:
+        try:
+            module = cst.parse_module(excerpt.text)
+        except cst.ParserSyntaxError:
+            module = None
+        if module is not None:
+            plan = transform.plan(module, context)
+            if plan.status is not Status.PENDING or plan.module is None:
+                return plan, None
+            new_text = excerpt.splice(module, plan.module)
+            if new_text is not None:
+                return plan, new_text
+    plan = transform.plan(_parse(path, text, transform), context)
+    if plan.status is Status.PENDING and plan.module is not None:
+        return plan, plan.module.code
+    return plan, None
 
 
 def _compiles(path: Path, code: str, transform: Transform) -> None:
@@ -108,7 +148,7 @@ def build_change_set(
     context = TransformContext(vllm_root=tree.root, version=version, options=dict(options))
     results: List[TransformResult] = []
     sources: Dict[str, bytes] = {}
-    modules: Dict[str, cst.Module] = {}
+    texts: Dict[str, str] = {}
     touched_by: Dict[str, List[str]] = {}
     wanted_files: Dict[str, bytes] = {}
     wanted_by: Dict[str, str] = {}
@@ -116,17 +156,17 @@ def build_change_set(
     for transform in transforms:
         rel = f"{tree.rel(tree.root)}/{transform.target}"
         path = tree.path(rel)
-        if rel not in modules:
+        if rel not in texts:
             sources[rel] = _read_target(tree, rel, transform)
-            modules[rel] = _parse(path, sources[rel], transform)
-        plan: Plan = transform.plan(modules[rel], context)
+            texts[rel] = _decode(path, sources[rel])
+        plan, new_text = _plan_text(path, texts[rel], transform, context)
         result = TransformResult(transform, rel, plan.status, plan.reason, dict(plan.details))
         results.append(result)
         if plan.status is Status.PENDING:
-            if plan.module is None:
+            if new_text is None:
                 raise CodemodError(f"{path}: {transform.name} is pending but planned no edit")
-            _compiles(path, plan.module.code, transform)
-            modules[rel] = plan.module
+            _compiles(path, new_text, transform)
+            texts[rel] = new_text
             touched_by.setdefault(rel, []).append(transform.name)
         if plan.status in (Status.PENDING, Status.APPLIED):
             for added_rel, data in plan.added_files.items():
@@ -136,7 +176,7 @@ def build_change_set(
 
     changes: List[FileChange] = []
     for rel, names in touched_by.items():
-        new = modules[rel].code.encode("utf-8")
+        new = texts[rel].encode("utf-8")
         if new != sources[rel]:
             changes.append(FileChange(rel, sources[rel], new, names))
 
