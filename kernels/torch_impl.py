@@ -97,6 +97,7 @@ def paged_attention_v2_torch(
             logits = logits + slopes * rel[:, None, None, :]
         valid = pos.unsqueeze(0) < lens.unsqueeze(1)  # [S, T]
         logits = logits.masked_fill(~valid[:, None, None, :], float("-inf"))
+        v = v.masked_fill(~valid[:, None, :, None], 0.0)  # junk slots may hold NaN/inf
 
         lp = logits.reshape(num_seqs, kvh, group, nparts, PARTITION_SIZE)
         pm = lp.amax(dim=-1)  # [S, kvh, G, P]

@@ -84,6 +84,7 @@ def _pa_v2_partition_kernel(
     TILE: tl.constexpr,
     USE_ALIBI: tl.constexpr,
     F32_SPLIT: tl.constexpr,
+    CONTIG_HINTS: tl.constexpr,
 ):
     pid = tl.program_id(0)
     part = tl.program_id(1)
@@ -95,7 +96,7 @@ def _pa_v2_partition_kernel(
     seq_len = tl.load(seq_lens_ptr + seq)
     start = part * PART
     end = tl.minimum(start + PART, seq_len)
-    num_tiles = tl.cdiv(tl.maximum(end - start, 0), TILE)
+    num_tiles = (end - start + TILE - 1) // TILE  # <= 0 past the sequence's end
     part_ok = start < seq_len
 
     rows = gc * G_PAD + tl.arange(0, G_PAD)
@@ -124,16 +125,25 @@ def _pa_v2_partition_kernel(
     m_i = tl.zeros([G_PAD], dtype=tl.float32) - float("inf")
     l_i = tl.zeros([G_PAD], dtype=tl.float32)
     acc = tl.zeros([G_PAD, D_PAD], dtype=tl.float32)
+    n_blocks = (seq_len + BLOCK_SIZE - 1) // BLOCK_SIZE
     for i in range(0, num_tiles):
         offs = start + i * TILE + tl.arange(0, TILE)
         t_ok = offs < end
-        blk = tl.load(bt_base + offs // BLOCK_SIZE, mask=t_ok, other=0).to(tl.int64)
+        # Whole blocks share one table entry (blocks past the end read block 0), so K/V
+        # addresses stay contiguous within a block and need no per-token mask: tokens
+        # past the end are removed from s (K) and zeroed (V, which may hold NaN junk).
+        blk_idx = offs // BLOCK_SIZE
+        blk = tl.load(bt_base + blk_idx, mask=blk_idx < n_blocks, other=0).to(tl.int64)
         t_in = offs % BLOCK_SIZE
-        k = tl.load(
-            k_base + blk[None, :] * stride_kb + t_in[None, :] * stride_kt + k_d[:, None],
-            mask=d_ok[:, None] & t_ok[None, :],
-            other=0.0,
-        )  # [D_PAD, TILE]
+        k_off = blk[None, :] * stride_kb + t_in[None, :] * stride_kt + k_d[:, None]
+        v_off = blk[:, None] * stride_vb + t_in[:, None] * stride_vt + v_d[None, :]
+        if CONTIG_HINTS:
+            k_off = tl.max_contiguous(tl.multiple_of(k_off, [X, 1]), [X, 1])
+            v_off = tl.max_contiguous(tl.multiple_of(v_off, [BLOCK_SIZE, 1]), [BLOCK_SIZE, 1])
+        if D_PAD == HEAD_SIZE:
+            k = tl.load(k_base + k_off)  # [D_PAD, TILE]
+        else:
+            k = tl.load(k_base + k_off, mask=d_ok[:, None], other=0.0)
         if F32_SPLIT:
             k = k.to(tl.float32)
         s = _dot(q, k, F32_SPLIT) * scale  # [G_PAD, TILE]
@@ -144,11 +154,11 @@ def _pa_v2_partition_kernel(
         p = tl.exp(s - m_new[:, None])
         alpha = tl.exp(m_i - m_new)
         l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(
-            v_base + blk[:, None] * stride_vb + t_in[:, None] * stride_vt + v_d[None, :],
-            mask=t_ok[:, None] & d_ok[None, :],
-            other=0.0,
-        )  # [TILE, D_PAD]
+        if D_PAD == HEAD_SIZE:
+            v = tl.load(v_base + v_off)  # [TILE, D_PAD]
+        else:
+            v = tl.load(v_base + v_off, mask=d_ok[None, :], other=0.0)
+        v = tl.where(t_ok[:, None], v, 0.0)
         if F32_SPLIT:
             pv = _dot(p, v.to(tl.float32), F32_SPLIT)
         else:
@@ -262,6 +272,7 @@ DEFAULT_CONFIGS: Dict[int, Tuple[int, int, int]] = {
     256: (32, 4, 3),
 }
 _config_override: Optional[Tuple[int, int, int]] = None
+_use_hints = True
 MAX_GROUP_ROWS = 64
 
 
@@ -305,6 +316,15 @@ def paged_attention_v2_triton(
     if use_alibi and alibi_slopes.dtype != torch.float32:
         alibi_slopes = alibi_slopes.to(torch.float32)
     alibi_arg = alibi_slopes if use_alibi else seq_lens  # dummy pointer when unused
+    ks, vs = key_cache.stride(), value_cache.stride()
+    # Contiguity hints hold for vLLM's dense cache layouts: x elements contiguous in K,
+    # block_size tokens contiguous in V, every block/head/row start aligned to them.
+    hints = _use_hints and (
+        ks[4] == 1
+        and all(v % x == 0 for v in (ks[0], ks[1], ks[2], ks[3]))
+        and vs[3] == 1
+        and all(v % block_size == 0 for v in (vs[0], vs[1], vs[2]))
+    )
 
     grid = (num_seqs * num_kv_heads * n_gc, num_parts)
     _pa_v2_partition_kernel[grid](
@@ -353,6 +373,7 @@ def paged_attention_v2_triton(
         TILE=tile,
         USE_ALIBI=use_alibi,
         F32_SPLIT=f32_split,
+        CONTIG_HINTS=hints,
         num_warps=warps,
         num_stages=stages,
     )

@@ -40,12 +40,24 @@ def make_inputs(
     else:
         k = torch.randn(kshape, generator=g).to(dtype)
         v = torch.randn(vshape, generator=g).to(dtype)
+    if fp8_dtype is None:  # junk blocks hold NaN: a kernel must never let them through
+        k[:] = float("nan")
+        v[:] = float("nan")
+        k_real = torch.randn(kshape, generator=g).to(dtype)
+        v_real = torch.randn(vshape, generator=g).to(dtype)
     perm = torch.randperm(num_blocks, generator=g)
     tables = torch.randint(0, num_blocks, (num_seqs, max_blocks), generator=g, dtype=torch.int32)
     used = 0
     for s, nb in enumerate(blocks_per_seq):
-        tables[s, :nb] = perm[used : used + nb].to(torch.int32)
+        ids = perm[used : used + nb]
+        tables[s, :nb] = ids.to(torch.int32)
         used += nb
+        if fp8_dtype is None:
+            k[ids] = k_real[ids]
+            v[ids] = v_real[ids]
+            tail = seq_lens[s] - (nb - 1) * block_size  # valid slots in the last block
+            k[ids[-1], :, :, tail:] = float("nan")
+            v[ids[-1], :, :, tail:] = float("nan")
     query = torch.randn(num_seqs, num_heads, head_size, generator=g).to(dtype)
     max_len = max(seq_lens)
     parts = math.ceil(max_len / PARTITION_SIZE) + extra_partitions

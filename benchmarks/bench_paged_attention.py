@@ -1,0 +1,234 @@
+"""Benchmark the bundled PagedAttention V2 kernels on a CUDA device (never a unit test).
+
+One run measures: device-to-device copy bandwidth (bytes read + written), the Triton
+path, the PyTorch path, and torch SDPA over K/V already gathered through the block
+table.  Per shape: median time (triton.testing.do_bench, which flushes L2 before every
+rep; K+V of every shape is larger than L2 anyway), effective K+V bytes/s (counted
+once) and % of the measured copy bandwidth.
+
+    python benchmarks/bench_paged_attention.py [--sweep] [--json out.json] [--no-torch]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
+
+from kernels import dispatch, triton_impl  # noqa: E402
+from kernels.signature import PARTITION_SIZE  # noqa: E402
+
+# (num_seqs, q heads, kv heads, head size, tokens)
+SHAPES = [
+    (1, 32, 8, 128, 100_000),
+    (1, 32, 8, 128, 32_768),
+    (8, 32, 8, 128, 32_768),
+    (64, 32, 8, 128, 4096),
+    (1, 16, 2, 256, 100_000),
+]
+# vLLM 0.8.5 CUDA paged_attention_v2 on an H200, measured elsewhere (us).
+VLLM_US = {SHAPES[0]: 367, SHAPES[1]: 149, SHAPES[2]: 861, SHAPES[3]: 860, SHAPES[4]: 443}
+BLOCK = 16
+
+
+def bench(fn, warmup=25, rep=200):
+    import triton.testing
+
+    try:
+        return triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
+    except TypeError:  # older Triton
+        return triton.testing.do_bench(fn, warmup=warmup, rep=rep, quantiles=[0.5])[0]
+
+
+def copy_bandwidth(nbytes=4 << 30, reps=30):
+    src = torch.empty(nbytes // 2, dtype=torch.float16, device="cuda").uniform_()
+    dst = torch.empty_like(src)
+    times = []
+    for _ in range(5):
+        dst.copy_(src)
+    for _ in range(reps):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        dst.copy_(src)
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e))
+    ms = statistics.median(times)
+    return 2 * nbytes / (ms * 1e-3), ms
+
+
+def make(shape, dtype=torch.bfloat16, seed=0):
+    seqs, nh, nkv, hs, tokens = shape
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    x = 16 // torch.tensor([], dtype=dtype).element_size()
+    per_seq = math.ceil(tokens / BLOCK)
+    nblocks = seqs * per_seq
+    kc = torch.randn(nblocks, nkv, hs // x, BLOCK, x, device="cuda", dtype=dtype, generator=g)
+    vc = torch.randn(nblocks, nkv, hs, BLOCK, device="cuda", dtype=dtype, generator=g)
+    tables = torch.randperm(nblocks, device="cuda", generator=g).to(torch.int32)
+    tables = tables.view(seqs, per_seq)
+    q = torch.randn(seqs, nh, hs, device="cuda", dtype=dtype, generator=g)
+    parts = math.ceil(tokens / PARTITION_SIZE)
+    return dict(
+        out=torch.empty_like(q),
+        exp_sums=torch.empty(seqs, nh, parts, device="cuda"),
+        max_logits=torch.empty(seqs, nh, parts, device="cuda"),
+        tmp_out=torch.empty(seqs, nh, parts, hs, device="cuda", dtype=dtype),
+        query=q,
+        key_cache=kc,
+        value_cache=vc,
+        num_kv_heads=nkv,
+        scale=1.0 / math.sqrt(hs),
+        block_tables=tables,
+        seq_lens=torch.full((seqs,), tokens, dtype=torch.int32, device="cuda"),
+        block_size=BLOCK,
+        max_seq_len=tokens,
+    )
+
+
+def gathered_kv(a, shape):
+    seqs, nh, nkv, hs, tokens = shape
+    ids = a["block_tables"].long()
+    k = a["key_cache"][ids].permute(0, 2, 1, 4, 3, 5).reshape(seqs, nkv, -1, hs)[:, :, :tokens]
+    v = a["value_cache"][ids].permute(0, 2, 1, 4, 3).reshape(seqs, nkv, -1, hs)[:, :, :tokens]
+    return k.contiguous(), v.contiguous()
+
+
+def rel(x, y):
+    return float((x.float() - y.float()).norm() / y.float().norm())
+
+
+def kernel_times(fn, iters=10):
+    """Per-kernel device time (us per call) from the PyTorch profiler."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(iters):
+            fn()
+        torch.cuda.synchronize()
+    times = {}
+    for evt in prof.key_averages():
+        t = getattr(evt, "device_time_total", None) or getattr(evt, "cuda_time_total", 0)
+        if t:
+            times[evt.key[:40]] = t / iters
+    return times
+
+
+SWEEP = [(t, w, s) for t in (32, 64, 128) for w in (4, 8) for s in (2, 3, 4)]
+
+
+def measure(shape, bw, opts):
+    seqs, nh, nkv, hs, tokens = shape
+    a = make(shape)
+    kv_bytes = 2 * seqs * tokens * nkv * hs * a["key_cache"].element_size()
+    row = dict(shape=list(shape), kv_bytes=kv_bytes, floor_us=kv_bytes / bw * 1e6)
+
+    def tri():
+        dispatch.paged_attention_v2_with_path(**a, backend="triton")
+
+    def tor():
+        dispatch.paged_attention_v2_with_path(**a, backend="torch")
+
+    tri()
+    torch.cuda.synchronize()
+    d_pad = max(16, 1 << (hs - 1).bit_length())
+    row["triton_config"] = list(triton_impl.DEFAULT_CONFIGS.get(d_pad, ()))
+    row["triton_us"] = bench(tri) * 1e3
+    out_triton = a["out"].clone()
+    row["triton_kernels_us"] = kernel_times(tri)
+    if opts.hints_off:
+        triton_impl._use_hints = False
+        try:
+            tri()
+            row["triton_nohints_us"] = bench(tri) * 1e3
+        finally:
+            triton_impl._use_hints = True
+    if opts.sweep:
+        sweep = {}
+        for cfg in SWEEP:
+            triton_impl.set_config_override(cfg)
+            try:
+                tri()
+                torch.cuda.synchronize()
+                err = rel(a["out"], out_triton)
+                t = bench(tri, rep=100) * 1e3
+                sweep[str(cfg)] = t if err < 1e-2 else float("nan")
+            except Exception as exc:  # out of shared memory etc.
+                sweep[str(cfg)] = f"{type(exc).__name__}"
+            finally:
+                triton_impl.set_config_override(None)
+        row["sweep"] = sweep
+        timed = {k: v for k, v in sweep.items() if isinstance(v, float) and v == v}
+        best = min(timed, key=timed.get)
+        row["sweep_best"] = [best, timed[best]]
+        print(f"  sweep {shape}: best {best} {timed[best]:.1f} us", flush=True)
+    if not opts.no_torch:
+        tor()
+        row["torch_err_vs_triton"] = rel(a["out"], out_triton)
+        row["torch_us"] = bench(tor, warmup=5, rep=50) * 1e3
+    k, v = gathered_kv(a, shape)
+    q4 = a["query"].unsqueeze(2)  # [S, H, 1, D]
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def sd():
+        return sdpa(q4, k, v, scale=a["scale"], enable_gqa=True)
+
+    row["sdpa_err_vs_triton"] = rel(out_triton, sd().squeeze(2))
+    row["sdpa_us"] = bench(sd) * 1e3
+    for name in ("triton", "torch", "sdpa"):
+        if f"{name}_us" in row:
+            t = row[f"{name}_us"]
+            row[f"{name}_GBps"] = kv_bytes / (t * 1e-6) / 1e9
+            row[f"{name}_pct_copy"] = 100 * kv_bytes / (t * 1e-6) / bw
+    return row
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sweep", action="store_true", help="time Triton configs per shape")
+    ap.add_argument("--no-torch", action="store_true", help="skip the PyTorch path")
+    ap.add_argument("--hints-off", action="store_true", help="also time without hints")
+    ap.add_argument("--json", default=None)
+    opts = ap.parse_args()
+
+    bw, copy_ms = copy_bandwidth()
+    print(f"device {torch.cuda.get_device_name()}  torch {torch.__version__}")
+    import triton
+
+    print(f"triton {triton.__version__}")
+    print(f"copy bandwidth (read+write): {bw / 1e9:.0f} GB/s ({copy_ms:.3f} ms for 2x4 GiB)")
+    rows = []
+    for shape in SHAPES:
+        rows.append(measure(shape, bw, opts))
+        torch.cuda.empty_cache()
+        print(json.dumps(rows[-1]), flush=True)
+
+    print()
+    print(f"copy bw {bw / 1e9:.0f} GB/s; K+V bytes counted once; times are medians in us")
+    hdr = (
+        f"{'shape (seqs,q,kv,head,tokens)':<32} {'floor':>7} {'triton':>8} {'%copy':>6} "
+        f"{'vllm':>6} {'torch':>9} {'%copy':>6} {'sdpa':>8} {'%copy':>6} {'err':>8}"
+    )
+    print(hdr)
+    for r in rows:
+        tor_us = r.get("torch_us", float("nan"))
+        tor_pct = r.get("torch_pct_copy", float("nan"))
+        print(
+            f"{str(tuple(r['shape'])):<32} {r['floor_us']:7.1f} {r['triton_us']:8.1f} "
+            f"{r['triton_pct_copy']:6.1f} {VLLM_US[tuple(r['shape'])]:6d} {tor_us:9.1f} "
+            f"{tor_pct:6.1f} {r['sdpa_us']:8.1f} {r['sdpa_pct_copy']:6.1f} "
+            f"{r['sdpa_err_vs_triton']:8.1e}"
+        )
+    if opts.json:
+        Path(opts.json).write_text(json.dumps(dict(copy_GBps=bw / 1e9, rows=rows), indent=1))
+
+
+if __name__ == "__main__":
+    main()

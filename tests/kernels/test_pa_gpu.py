@@ -1,0 +1,108 @@
+"""The Triton path on a CUDA device against the float64 reference (skipped without one)."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+from pa_helpers import make_inputs, rel_err, tolerance
+
+from vllm_codemod.kernels import dispatch
+from vllm_codemod.kernels.reference import reference_paged_attention, reference_partitions
+
+HAS_TRITON = importlib.util.find_spec("triton") is not None
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(
+        not (torch.cuda.is_available() and HAS_TRITON), reason="needs a CUDA device and Triton"
+    ),
+]
+
+HEAD_SIZES = [32, 64, 80, 96, 112, 120, 128, 192, 256]
+
+
+def _run_and_check(a, dtype, backend="triton"):
+    path = dispatch.paged_attention_v2_with_path(**a, backend=backend)
+    torch.cuda.synchronize()
+    assert path == backend
+    assert not torch.isnan(a["out"]).any(), "some element of out was never written"
+    ref = reference_paged_attention(
+        a["query"],
+        a["key_cache"],
+        a["value_cache"],
+        a["block_tables"],
+        a["seq_lens"].tolist(),
+        a["scale"],
+        a["alibi_slopes"],
+    )
+    err = rel_err(a["out"], ref)
+    assert err < tolerance(dtype), err
+    return err
+
+
+@pytest.mark.parametrize("head_size", HEAD_SIZES)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_triton_head_sizes_and_dtypes(head_size, dtype):
+    bs = {32: 8, 64: 16, 80: 32, 96: 16, 112: 8, 120: 16, 128: 32, 192: 16, 256: 16}[head_size]
+    a = make_inputs(
+        [1, 512, 1537, 900], 8, 2, head_size, bs, dtype, "cuda", extra_partitions=2, seed=head_size
+    )
+    _run_and_check(a, dtype)
+
+
+@pytest.mark.parametrize("group", [1, 4, 8, 32])
+@pytest.mark.parametrize("alibi", [False, True])
+@pytest.mark.parametrize("block_size", [8, 16, 32])
+def test_triton_gqa_alibi_block_sizes(group, alibi, block_size):
+    a = make_inputs(
+        [3, 1024, 2049], 2 * group, 2, 128, block_size, torch.bfloat16, "cuda", alibi=alibi
+    )
+    _run_and_check(a, torch.bfloat16)
+
+
+def test_triton_partition_buffers_follow_vllm_semantics():
+    a = make_inputs([1800, 600], 8, 2, 64, 16, torch.float32, "cuda", alibi=True)
+    _run_and_check(a, torch.float32)
+    for s in range(2):
+        tmp, sums, maxes = reference_partitions(
+            a["query"],
+            a["key_cache"],
+            a["value_cache"],
+            a["block_tables"],
+            int(a["seq_lens"][s]),
+            s,
+            a["scale"],
+            a["alibi_slopes"],
+        )
+        n = tmp.shape[1]
+        assert rel_err(a["max_logits"][s, :, :n], maxes) < 1e-5
+        assert rel_err(a["exp_sums"][s, :, :n], sums) < 1e-4
+        assert rel_err(a["tmp_out"][s, :, :n], tmp) < 1e-4
+
+
+def test_triton_matches_torch_path_on_gpu():
+    a = make_inputs([5000, 17], 16, 4, 128, 16, torch.float16, "cuda", seed=7)
+    b = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in a.items()}
+    _run_and_check(a, torch.float16, "triton")
+    _run_and_check(b, torch.float16, "torch")
+    assert rel_err(a["out"], b["out"].double()) < 2e-3
+
+
+def test_triton_100k_gqa():
+    a = make_inputs([100_000, 70_001], 16, 4, 128, 16, torch.bfloat16, "cuda", seed=11)
+    _run_and_check(a, torch.bfloat16)
+
+
+def test_auto_path_is_triton_on_gpu(monkeypatch):
+    monkeypatch.delenv(dispatch.BACKEND_ENV, raising=False)
+    a = make_inputs([700], 8, 2, 128, 16, torch.bfloat16, "cuda")
+    assert dispatch.paged_attention_v2_with_path(**a) == "triton"
+
+
+def test_selfcheck_on_gpu():
+    from vllm_codemod.kernels.selfcheck import run_selfcheck
+
+    results = run_selfcheck(device="cuda", quick=True)
+    assert all(r["ok"] for r in results), results
+    assert {r["path"] for r in results} == {"triton"}
