@@ -181,3 +181,26 @@ def test_options_reach_the_transforms(tmp_path):
     assert run("check", "--site-packages", str(site)).exit_code == 1  # defaults differ
     ok = run("check", "--site-packages", str(site), "--num-warps", "2", "--v2-threshold", "4096")
     assert ok.exit_code == 0, ok.output
+
+
+@pytest.mark.parametrize("tree", TREES)
+def test_anchored_excerpt_plans_like_the_whole_file(tree):
+    """The engine shows a transform only the statements defining its ``anchors``; on every
+    fixture that must give the same answer (and the same file) as the whole module."""
+    import libcst as cst
+
+    from vllm_codemod.excerpt import make_excerpt
+    from vllm_codemod.transforms.base import Status, TransformContext
+
+    root = FIXTURES / tree / "vllm"
+    context = TransformContext(vllm_root=root, version=None)
+    for transform in ALL_TRANSFORMS:
+        text = (root / transform.target).read_text()
+        full = transform.plan(cst.parse_module(text), context)
+        excerpt = make_excerpt(text, transform.anchors)
+        assert excerpt is not None, transform.name
+        small = cst.parse_module(excerpt.text)
+        part = transform.plan(small, context)
+        assert (part.status, part.reason, part.details) == (full.status, full.reason, full.details)
+        if full.status is Status.PENDING:
+            assert excerpt.splice(small, part.module) == full.module.code

@@ -278,6 +278,8 @@ class PagedAttentionV2(Transform):
     target = "_custom_ops.py"
     known_versions = SpecifierSet(">=0.4.3,<=0.11.0")
     options = ()
+    #: the engine parses only the top-level statements defining these (see base.py)
+    anchors = (FUNCTION,)
 
     def plan(self, module: cst.Module, context: TransformContext) -> Plan:
         func = module_function(module, FUNCTION)

@@ -150,6 +150,10 @@ class PrefixPrefillWarps(Transform):
     )
     target = "attention/ops/prefix_prefill.py"
     known_versions = SpecifierSet(">=0.4.3,<=0.11.0")
+    #: the engine parses only the top-level statements defining these (see base.py):
+    #: the launching function (upstream's name in every release; vLLM imports it by that
+    #: name) and every spelling of the warp and tile bindings.
+    anchors = ("context_attention_fwd", "NUM_WARPS", "num_warps", *REPORTED)
     options = (
         Option(
             name="num_warps",

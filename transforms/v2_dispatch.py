@@ -140,6 +140,8 @@ class V2Dispatch(Transform):
     )
     target = "attention/ops/paged_attn.py"
     known_versions = SpecifierSet(">=0.4.3,<=0.11.0")
+    #: the engine parses only the top-level statements defining these (see base.py)
+    anchors = (CLASS,)
     options = (
         Option(
             name="v2_threshold",
