@@ -185,7 +185,9 @@ def download(entry: dict, cache: Path) -> Path:
                     log(f"    {done / 1e6:.0f}/{(size or 0) / 1e6:.0f} MB ({rate:.1f} MB/s)")
         got = h.hexdigest()
         if got != want:
-            raise RuntimeError(f"sha256 mismatch for {entry['filename']}: got {got}, PyPI says {want}")
+            raise RuntimeError(
+                f"sha256 mismatch for {entry['filename']}: got {got}, PyPI says {want}"
+            )
         os.replace(tmpname, dest)
     finally:
         if os.path.exists(tmpname):
@@ -249,7 +251,9 @@ def extract(version: str, wheel: Path, entry: dict, out_root: Path) -> dict:
             files[md_name] = {
                 "sha256": sha256_bytes(cut),
                 "size": len(cut),
-                "truncated": "header block only (long description after the first blank line dropped)",
+                "truncated": (
+                    "header block only (long description after the first blank line dropped)"
+                ),
                 "original_sha256": sha256_bytes(raw),
                 "original_size": len(raw),
             }
@@ -269,11 +273,19 @@ def extract(version: str, wheel: Path, entry: dict, out_root: Path) -> dict:
 
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--versions", nargs="+", default=DEFAULT_VERSIONS, help="vLLM versions (default: all ten)")
-    ap.add_argument("--cache", default="/tmp/vllm-wheels", help="wheel cache dir (outside the repo)")
-    ap.add_argument("--keep-going", action="store_true", help="continue with other versions after an error")
     ap.add_argument(
-        "--delete-wheels", action="store_true", help="delete each wheel from the cache after extracting it"
+        "--versions", nargs="+", default=DEFAULT_VERSIONS, help="vLLM versions (default: all ten)"
+    )
+    ap.add_argument(
+        "--cache", default="/tmp/vllm-wheels", help="wheel cache dir (outside the repo)"
+    )
+    ap.add_argument(
+        "--keep-going", action="store_true", help="continue with other versions after an error"
+    )
+    ap.add_argument(
+        "--delete-wheels",
+        action="store_true",
+        help="delete each wheel from the cache after extracting it",
     )
     args = ap.parse_args(argv)
 
@@ -327,8 +339,10 @@ def _write_provenance(versions_rec: Dict[str, dict]) -> None:
         "source": "PyPI (https://pypi.org/simple/vllm/), manylinux x86_64 wheels",
         "generated_by": "scripts/fetch_fixtures.py",
         "license": "Apache-2.0 (see LICENSE-vllm)",
-        "metadata_note": "METADATA files are cut after their header block; sha256 is of the cut file, "
-        "original_sha256 of the file in the wheel",
+        "metadata_note": (
+            "METADATA files are cut after their header block; sha256 is of the cut file, "
+            "original_sha256 of the file in the wheel"
+        ),
         "versions": ordered,
     }
     PROVENANCE.write_text(json.dumps(doc, indent=2, sort_keys=False) + "\n")
