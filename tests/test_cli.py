@@ -100,14 +100,25 @@ def test_upstream_tree_only_needs_the_warps_retune(tmp_path):
 
 
 def test_only_and_skip(fork):
-    result = run("apply", "--site-packages", str(fork), "--only", "v2-dispatch", "--json")
+    result = run("apply", "--site-packages", str(fork), "--only", "prefix-prefill-warps", "--json")
     assert result.exit_code == 0
     changed = [c["path"] for c in json.loads(result.output)["changed"]]
-    assert changed == ["vllm/attention/ops/paged_attn.py"]
-    rest = run("check", "--site-packages", str(fork), "--skip", "v2-dispatch")
+    assert changed == ["vllm/attention/ops/prefix_prefill.py"]
+    rest = run("check", "--site-packages", str(fork), "--skip", "prefix-prefill-warps")
     assert rest.exit_code == 1
     unknown = run("apply", "--site-packages", str(fork), "--only", "nope")
     assert unknown.exit_code == 2 and "unknown transform 'nope'" in unknown.output
+
+
+def test_dispatch_alone_would_route_decode_into_the_stub(fork):
+    before = snapshot(fork)
+    for args in (["--only", "v2-dispatch"], ["--skip", "paged-attention-v2"]):
+        result = run("apply", "--site-packages", str(fork), *args)
+        _assert_error(result, "v2-dispatch", "needs paged-attention-v2", "nothing was changed")
+        assert snapshot(fork) == before
+    both = ["--only", "v2-dispatch", "--only", "paged-attention-v2"]
+    assert run("apply", "--site-packages", str(fork), *both).exit_code == 0
+    assert run("check", "--site-packages", str(fork), "--only", "v2-dispatch").exit_code == 0
 
 
 def test_site_packages_from_environment(fork):

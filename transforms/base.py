@@ -94,6 +94,9 @@ class Transform:
     #: the engine then parses just those (fast, and untouched text stays untouched).
     #: Empty means the whole module.
     anchors: ClassVar[Tuple[str, ...]] = ()
+    #: transforms whose edit must be in place (or not needed) before this one's is safe:
+    #: the engine refuses to apply this one alone while one of them is still pending.
+    requires: ClassVar[Tuple[str, ...]] = ()
 
     def plan(self, module: cst.Module, context: TransformContext) -> Plan:  # pragma: no cover
         raise NotImplementedError

@@ -142,6 +142,9 @@ class V2Dispatch(Transform):
     known_versions = SpecifierSet(">=0.4.3,<=0.11.0")
     #: the engine parses only the top-level statements defining these (see base.py)
     anchors = (CLASS,)
+    # Re-enabling V2 while paged_attention_v2 is still a NotImplementedError stub would
+    # turn slow long-context decode into a crash.
+    requires = ("paged-attention-v2",)
     options = (
         Option(
             name="v2_threshold",

@@ -138,12 +138,14 @@ def build_change_set(
     transforms: Sequence[Transform],
     options: Mapping[str, Any],
     previously_added: Mapping[str, Tuple[str, str]],
+    registry: Sequence[Transform] = (),
 ) -> ChangeSet:
     """Plan every transform.
 
     ``previously_added`` is the manifest's record of shipped files (path -> (sha256,
     transform)); a file a transform shipped before but no longer ships is removed,
-    unless someone changed it since.
+    unless someone changed it since.  ``registry`` holds every known transform, so a
+    transform's ``requires`` can be checked even when the user left that one out.
     """
     context = TransformContext(vllm_root=tree.root, version=version, options=dict(options))
     results: List[TransformResult] = []
@@ -174,6 +176,8 @@ def build_change_set(
                 wanted_files[full_rel] = data
                 wanted_by[full_rel] = transform.name
 
+    _check_requirements(tree, results, registry, texts, context)
+
     changes: List[FileChange] = []
     for rel, names in touched_by.items():
         new = texts[rel].encode("utf-8")
@@ -201,6 +205,41 @@ def build_change_set(
                 "the bundled kernels in the tree differ from this tool's; apply updates them"
             )
     return ChangeSet(tree, version, results, changes)
+
+
+def _check_requirements(
+    tree: VllmTree,
+    results: List[TransformResult],
+    registry: Sequence[Transform],
+    texts: Dict[str, str],
+    context: TransformContext,
+) -> None:
+    """Turn a pending edit into a conflict when a transform it relies on stays pending."""
+    by_name = {r.transform.name: r for r in results}
+    known = {t.name: t for t in registry}
+    for result in results:
+        if result.status is not Status.PENDING:
+            continue
+        for name in result.transform.requires:
+            if name in by_name:
+                continue  # planned in this same run: applied together or the run refuses
+            required = known.get(name)
+            if required is None:
+                continue
+            rel = f"{tree.rel(tree.root)}/{required.target}"
+            path = tree.path(rel)
+            if rel not in texts:
+                try:
+                    texts[rel] = _decode(path, path.read_bytes())
+                except FileNotFoundError:
+                    continue
+            probe, _ = _plan_text(path, texts[rel], required, context)
+            if probe.status in (Status.PENDING, Status.CONFLICT):
+                result.status = Status.CONFLICT
+                result.reason = (
+                    f"needs {name} ({probe.status.value}: {probe.reason}); "
+                    f"run it in the same apply (drop --skip {name} / add --only {name})"
+                )
 
 
 def _read_optional(path: Path) -> Optional[bytes]:

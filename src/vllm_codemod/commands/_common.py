@@ -185,7 +185,12 @@ def plan_changes(session: Session, selection: Selection, finish_interrupted: boo
         rel: (entry["sha256"], entry["transform"]) for rel, entry in manifest["added"].items()
     }
     return build_change_set(
-        session.tree, session.version, selection.transforms, selection.options, previously_added
+        session.tree,
+        session.version,
+        selection.transforms,
+        selection.options,
+        previously_added,
+        registry=_all_transforms(),
     )
 
 
