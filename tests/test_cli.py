@@ -290,3 +290,14 @@ def test_check_imports_neither_torch_nor_yaml(fork):
 
 def test_fixtures_present():
     assert (FIXTURES / FORK / "vllm").is_dir()
+
+
+def test_revert_refuses_to_discard_a_later_change(fork):
+    assert run("apply", "--site-packages", str(fork)).exit_code == 0
+    target = fork / "vllm" / "_custom_ops.py"
+    target.write_text("# reinstalled by hand\n")
+    changed = snapshot(fork)
+    _assert_error(run("revert", "--site-packages", str(fork)), "_custom_ops.py", "--force")
+    assert snapshot(fork) == changed
+    assert run("revert", "--site-packages", str(fork), "--force").exit_code == 0
+    assert not (fork / "vllm" / ".vllm-codemod").exists()

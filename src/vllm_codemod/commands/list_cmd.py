@@ -7,7 +7,14 @@ import click
 from ._common import _all_transforms, emit_json, json_option
 
 
-@click.command(name="list")
+@click.command(
+    name="list",
+    epilog="""\b
+Examples:
+  vllm-codemod list
+  vllm-codemod list --json
+""",
+)
 @json_option
 def list_cmd(as_json: bool) -> None:
     """List the transforms, what each does, and which vLLM versions it knows."""
