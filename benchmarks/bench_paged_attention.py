@@ -105,6 +105,19 @@ def rel(x, y):
     return float((x.float() - y.float()).norm() / y.float().norm())
 
 
+def graph_time(fn):
+    """Median of CUDA-graph replays of fn (how vLLM runs decode): no launch gaps."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return bench(graph.replay) * 1e3
+
+
 def kernel_times(fn, iters=10):
     """Per-kernel device time (us per call) from the PyTorch profiler."""
     from torch.profiler import ProfilerActivity, profile
@@ -121,7 +134,7 @@ def kernel_times(fn, iters=10):
     return times
 
 
-SWEEP = [(t, w, s) for t in (32, 64, 128) for w in (4, 8) for s in (2, 3, 4)]
+SWEEP = [(t, w, s, e) for t in (16, 32, 64) for w in (1, 2, 4) for s in (1, 2) for e in (0, 1)]
 
 
 def measure(shape, bw, opts):
@@ -138,10 +151,9 @@ def measure(shape, bw, opts):
 
     tri()
     torch.cuda.synchronize()
-    d_pad = max(16, 1 << (hs - 1).bit_length())
-    row["triton_config"] = list(triton_impl.DEFAULT_CONFIGS.get(d_pad, ()))
     row["triton_us"] = bench(tri) * 1e3
     out_triton = a["out"].clone()
+    row["triton_graph_us"] = graph_time(tri)
     row["triton_kernels_us"] = kernel_times(tri)
     if opts.hints_off:
         triton_impl._use_hints = False
@@ -158,7 +170,7 @@ def measure(shape, bw, opts):
                 tri()
                 torch.cuda.synchronize()
                 err = rel(a["out"], out_triton)
-                t = bench(tri, rep=100) * 1e3
+                t = graph_time(tri)
                 sweep[str(cfg)] = t if err < 1e-2 else float("nan")
             except Exception as exc:  # out of shared memory etc.
                 sweep[str(cfg)] = f"{type(exc).__name__}"
@@ -182,7 +194,8 @@ def measure(shape, bw, opts):
 
     row["sdpa_err_vs_triton"] = rel(out_triton, sd().squeeze(2))
     row["sdpa_us"] = bench(sd) * 1e3
-    for name in ("triton", "torch", "sdpa"):
+    row["sdpa_graph_us"] = graph_time(sd)
+    for name in ("triton", "torch", "sdpa", "triton_graph", "sdpa_graph"):
         if f"{name}_us" in row:
             t = row[f"{name}_us"]
             row[f"{name}_GBps"] = kv_bytes / (t * 1e-6) / 1e9
@@ -212,19 +225,22 @@ def main():
 
     print()
     print(f"copy bw {bw / 1e9:.0f} GB/s; K+V bytes counted once; times are medians in us")
+    print("triton/torch/sdpa: eager calls; graph/sdpaG: CUDA-graph replays; err: sdpa vs triton")
     hdr = (
-        f"{'shape (seqs,q,kv,head,tokens)':<32} {'floor':>7} {'triton':>8} {'%copy':>6} "
-        f"{'vllm':>6} {'torch':>9} {'%copy':>6} {'sdpa':>8} {'%copy':>6} {'err':>8}"
+        f"{'shape (seqs,q,kv,head,tokens)':<26} {'floor':>6} {'triton':>7} {'%copy':>5} "
+        f"{'graph':>7} {'%copy':>5} {'vllm':>5} {'torch':>8} {'%copy':>5} {'sdpa':>7} "
+        f"{'%copy':>5} {'sdpaG':>7} {'err':>7}"
     )
     print(hdr)
     for r in rows:
         tor_us = r.get("torch_us", float("nan"))
         tor_pct = r.get("torch_pct_copy", float("nan"))
         print(
-            f"{str(tuple(r['shape'])):<32} {r['floor_us']:7.1f} {r['triton_us']:8.1f} "
-            f"{r['triton_pct_copy']:6.1f} {VLLM_US[tuple(r['shape'])]:6d} {tor_us:9.1f} "
-            f"{tor_pct:6.1f} {r['sdpa_us']:8.1f} {r['sdpa_pct_copy']:6.1f} "
-            f"{r['sdpa_err_vs_triton']:8.1e}"
+            f"{str(tuple(r['shape'])):<26} {r['floor_us']:6.1f} {r['triton_us']:7.1f} "
+            f"{r['triton_pct_copy']:5.1f} {r['triton_graph_us']:7.1f} "
+            f"{r['triton_graph_pct_copy']:5.1f} {VLLM_US[tuple(r['shape'])]:5d} {tor_us:8.1f} "
+            f"{tor_pct:5.1f} {r['sdpa_us']:7.1f} {r['sdpa_pct_copy']:5.1f} "
+            f"{r['sdpa_graph_us']:7.1f} {r['sdpa_err_vs_triton']:7.1e}"
         )
     if opts.json:
         Path(opts.json).write_text(json.dumps(dict(copy_GBps=bw / 1e9, rows=rows), indent=1))

@@ -85,6 +85,7 @@ def _pa_v2_partition_kernel(
     USE_ALIBI: tl.constexpr,
     F32_SPLIT: tl.constexpr,
     CONTIG_HINTS: tl.constexpr,
+    EARLY_V: tl.constexpr,
 ):
     pid = tl.program_id(0)
     part = tl.program_id(1)
@@ -144,6 +145,11 @@ def _pa_v2_partition_kernel(
             k = tl.load(k_base + k_off)  # [D_PAD, TILE]
         else:
             k = tl.load(k_base + k_off, mask=d_ok[:, None], other=0.0)
+        if EARLY_V:  # issue the V load before the QK product: more bytes in flight
+            if D_PAD == HEAD_SIZE:
+                v = tl.load(v_base + v_off)  # [TILE, D_PAD]
+            else:
+                v = tl.load(v_base + v_off, mask=d_ok[None, :], other=0.0)
         if F32_SPLIT:
             k = k.to(tl.float32)
         s = _dot(q, k, F32_SPLIT) * scale  # [G_PAD, TILE]
@@ -154,10 +160,11 @@ def _pa_v2_partition_kernel(
         p = tl.exp(s - m_new[:, None])
         alpha = tl.exp(m_i - m_new)
         l_i = l_i * alpha + tl.sum(p, 1)
-        if D_PAD == HEAD_SIZE:
-            v = tl.load(v_base + v_off)  # [TILE, D_PAD]
-        else:
-            v = tl.load(v_base + v_off, mask=d_ok[None, :], other=0.0)
+        if not EARLY_V:
+            if D_PAD == HEAD_SIZE:
+                v = tl.load(v_base + v_off)
+            else:
+                v = tl.load(v_base + v_off, mask=d_ok[None, :], other=0.0)
         v = tl.where(t_ok[:, None], v, 0.0)
         if F32_SPLIT:
             pv = _dot(p, v.to(tl.float32), F32_SPLIT)
@@ -211,34 +218,35 @@ def _pa_v2_reduce_kernel(
     stride_to_p,
     stride_to_d,
     HEAD_SIZE: tl.constexpr,
-    D_PAD: tl.constexpr,
+    D_BLK: tl.constexpr,
     PART: tl.constexpr,
-    P_TILE: tl.constexpr,
+    P_MAX: tl.constexpr,
+    P_CHUNK: tl.constexpr,
 ):
+    # One program per (sequence, head, D_BLK slice of the head): many programs even for
+    # one sequence, and short dependent chains (the max over partitions in one load).
     pid = tl.program_id(0)
     seq = pid // num_heads
     h = pid % num_heads
-    seq_len = tl.load(seq_lens_ptr + seq)
-    num_parts = tl.cdiv(seq_len, PART)
-    n_chunks = tl.cdiv(num_parts, P_TILE)
-    pp = tl.arange(0, P_TILE)
-    d = tl.arange(0, D_PAD)
+    d = tl.program_id(1) * D_BLK + tl.arange(0, D_BLK)
     d_ok = d < HEAD_SIZE
+    seq_len = tl.load(seq_lens_ptr + seq)
+    num_parts = (seq_len + PART - 1) // PART
     ml_base = max_logits_ptr + seq * stride_ml_s + h * stride_ml_h
     es_base = exp_sums_ptr + seq * stride_es_s + h * stride_es_h
     to_base = tmp_out_ptr + seq * stride_to_s + h * stride_to_h
 
-    m_vec = tl.zeros([P_TILE], dtype=tl.float32) - float("inf")
-    for c in range(0, n_chunks):
-        p = c * P_TILE + pp
+    m_vec = tl.zeros([P_MAX], dtype=tl.float32) - float("inf")
+    for c in range(0, (num_parts + P_MAX - 1) // P_MAX):
+        p = c * P_MAX + tl.arange(0, P_MAX)
         ml = tl.load(ml_base + p * stride_ml_p, mask=p < num_parts, other=float("-inf"))
         m_vec = tl.maximum(m_vec, ml)
     m_all = tl.max(m_vec, 0)
 
-    den = tl.zeros([P_TILE], dtype=tl.float32)
-    acc = tl.zeros([D_PAD], dtype=tl.float32)
-    for c in range(0, n_chunks):
-        p = c * P_TILE + pp
+    den = tl.zeros([P_CHUNK], dtype=tl.float32)
+    acc = tl.zeros([P_CHUNK, D_BLK], dtype=tl.float32)
+    for c in range(0, (num_parts + P_CHUNK - 1) // P_CHUNK):
+        p = c * P_CHUNK + tl.arange(0, P_CHUNK)
         p_ok = p < num_parts
         ml = tl.load(ml_base + p * stride_ml_p, mask=p_ok, other=float("-inf"))
         es = tl.load(es_base + p * stride_es_p, mask=p_ok, other=0.0)
@@ -249,10 +257,10 @@ def _pa_v2_reduce_kernel(
             mask=p_ok[:, None] & d_ok[None, :],
             other=0.0,
         ).to(tl.float32)
-        acc += tl.sum(w[:, None] * t, 0)
+        acc += w[:, None] * t
     total = tl.sum(den, 0)
     total = tl.where(total > 0, total, 1.0)
-    res = acc / total
+    res = tl.sum(acc, 0) / total
     tl.store(
         out_ptr + seq * stride_os + h * stride_oh + d * stride_od,
         res.to(out_ptr.dtype.element_ty),
@@ -265,19 +273,24 @@ def _next_pow2(n: int) -> int:
 
 
 # (tile tokens, num_warps, num_stages) keyed by padded head size; overridable for tuning.
-DEFAULT_CONFIGS: Dict[int, Tuple[int, int, int]] = {
-    32: (128, 4, 3),
-    64: (128, 4, 3),
-    128: (64, 4, 3),
-    256: (32, 4, 3),
+# (tile tokens, num_warps, num_stages, early V load), picked from sweeps on an H200
+# (docs/kernel-notes.md): few warps and 1-2 stages let more programs share an SM.
+DEFAULT_CONFIGS: Dict[int, Tuple[int, int, int, bool]] = {
+    32: (64, 2, 1, True),
+    64: (64, 2, 1, True),
+    128: (64, 2, 1, True),
+    256: (32, 2, 1, True),
 }
-_config_override: Optional[Tuple[int, int, int]] = None
+# Many programs (large batches): small tiles with 2 stages measured faster.
+MANY_PROGRAMS = 3000
+MANY_PROGRAMS_CONFIG: Tuple[int, int, int, bool] = (16, 2, 2, True)
+_config_override: Optional[Tuple] = None
 _use_hints = True
 MAX_GROUP_ROWS = 64
 
 
-def set_config_override(config: Optional[Tuple[int, int, int]]) -> None:
-    """Force (tile, num_warps, num_stages) for every launch (benchmarks); None restores."""
+def set_config_override(config: Optional[Tuple]) -> None:
+    """Force (tile, num_warps, num_stages[, early_v]) for every launch; None restores."""
     global _config_override
     _config_override = config
 
@@ -305,7 +318,14 @@ def paged_attention_v2_triton(
     d_pad = max(16, _next_pow2(head_size))
     x = key_cache.shape[4]
     num_parts = (max_seq_len + PARTITION_SIZE - 1) // PARTITION_SIZE
-    tile, warps, stages = _config_override or DEFAULT_CONFIGS.get(d_pad, (32, 4, 2))
+    programs = num_seqs * num_kv_heads * n_gc * num_parts
+    if _config_override is not None:
+        config = tuple(_config_override) + (True,) * (4 - len(_config_override))
+    elif programs >= MANY_PROGRAMS and d_pad <= 128:
+        config = MANY_PROGRAMS_CONFIG
+    else:
+        config = DEFAULT_CONFIGS.get(d_pad, (32, 2, 1, True))
+    tile, warps, stages, early_v = config
     tile = min(tile, PARTITION_SIZE)
     f32_split = key_cache.dtype == torch.float32
     if f32_split:
@@ -374,10 +394,13 @@ def paged_attention_v2_triton(
         USE_ALIBI=use_alibi,
         F32_SPLIT=f32_split,
         CONTIG_HINTS=hints,
+        EARLY_V=bool(early_v),
         num_warps=warps,
         num_stages=stages,
     )
-    _pa_v2_reduce_kernel[(num_seqs * num_heads,)](
+    d_blk = min(32, d_pad)
+    p_max = max(16, min(512, _next_pow2(num_parts)))
+    _pa_v2_reduce_kernel[(num_seqs * num_heads, d_pad // d_blk)](
         out,
         exp_sums,
         max_logits,
@@ -398,8 +421,9 @@ def paged_attention_v2_triton(
         tmp_out.stride(2),
         tmp_out.stride(3),
         HEAD_SIZE=head_size,
-        D_PAD=d_pad,
+        D_BLK=d_blk,
         PART=PARTITION_SIZE,
-        P_TILE=32 if d_pad <= 128 else 16,
+        P_MAX=p_max,
+        P_CHUNK=32,
         num_warps=4,
     )

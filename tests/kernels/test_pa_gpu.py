@@ -106,3 +106,26 @@ def test_selfcheck_on_gpu():
     results = run_selfcheck(device="cuda", quick=True)
     assert all(r["ok"] for r in results), results
     assert {r["path"] for r in results} == {"triton"}
+
+
+@pytest.mark.parametrize(
+    "config", [(16, 2, 2, True), (64, 2, 1, False), (32, 1, 1, True), (64, 4, 2, True)]
+)
+@pytest.mark.parametrize("head_size", [80, 128, 256])
+def test_triton_tuning_configs(config, head_size):
+    from vllm_codemod.kernels import triton_impl
+
+    triton_impl.set_config_override(config)
+    try:
+        a = make_inputs([1, 700, 2600], 8, 2, head_size, 16, torch.bfloat16, "cuda", alibi=True)
+        _run_and_check(a, torch.bfloat16)
+    finally:
+        triton_impl.set_config_override(None)
+
+
+def test_triton_many_programs_config(monkeypatch):
+    from vllm_codemod.kernels import triton_impl
+
+    monkeypatch.setattr(triton_impl, "MANY_PROGRAMS", 0)
+    a = make_inputs([3000, 1, 513], 32, 8, 128, 16, torch.float16, "cuda")
+    _run_and_check(a, torch.float16)
