@@ -7,7 +7,7 @@ fork that ran a formatter.
 
 from __future__ import annotations
 
-from typing import Iterator, List, Optional, Sequence, Set, Union
+from typing import Callable, Iterator, List, Optional, Sequence, Set, Union
 
 import libcst as cst
 
@@ -19,6 +19,44 @@ MARKER_PREFIX = f"# {MARKER}:"
 _EMPTY_MODULE = cst.Module(body=[])
 
 Body = Union[cst.IndentedBlock, cst.SimpleStatementSuite]
+
+
+def is_name(node: object, value: Optional[str] = None) -> bool:
+    """Whether ``node`` is a bare name (spelled ``value``, when one is given)."""
+    return isinstance(node, cst.Name) and (value is None or node.value == value)
+
+
+def assigns_name(small: cst.CSTNode, name: str) -> bool:
+    """``name = ...`` with that single plain target, or ``name: T`` / ``name: T = ...``.
+
+    Chained (``a = name = ...``) and unpacking (``name, b = ...``) assignments do not
+    count: they are not the one-value binding the transforms know how to edit.
+    """
+    if isinstance(small, cst.Assign):
+        return len(small.targets) == 1 and is_name(small.targets[0].target, name)
+    return isinstance(small, cst.AnnAssign) and is_name(small.target, name)
+
+
+class _FirstFinder(cst.CSTVisitor):
+    def __init__(self, predicate: Callable[[cst.CSTNode], bool]) -> None:
+        super().__init__()
+        self.predicate = predicate
+        self.found: Optional[cst.CSTNode] = None
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if self.found is None and self.predicate(node):
+            self.found = node
+        return self.found is None  # once found, descend no further
+
+
+def find_first(
+    node: cst.CSTNode, predicate: Callable[[cst.CSTNode], bool]
+) -> Optional[cst.CSTNode]:
+    """The first node under ``node`` (itself included, depth first, in source order)
+    for which ``predicate`` holds, or None."""
+    finder = _FirstFinder(predicate)
+    node.visit(finder)
+    return finder.found
 
 
 def code_of(node: cst.CSTNode) -> str:

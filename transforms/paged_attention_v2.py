@@ -21,13 +21,14 @@ from pathlib import Path
 from typing import Dict, FrozenSet, List, Optional, Tuple
 
 import libcst as cst
-import libcst.matchers as m
 from packaging.specifiers import SpecifierSet
 
 from ._cst_helpers import (
     body_statements,
     code_of,
+    find_first,
     is_docstring,
+    is_name,
     marker_line,
     module_function,
     small_statements,
@@ -48,9 +49,6 @@ FUNCTION = "paged_attention_v2"
 _LOG_METHODS = frozenset(
     {"debug", "info", "warning", "warning_once", "warn", "error", "exception", "critical"}
 )
-
-_NOT_IMPLEMENTED = m.Name("NotImplementedError")
-_STUB_RAISE = m.Raise(exc=_NOT_IMPLEMENTED | m.Call(func=_NOT_IMPLEMENTED))
 
 
 def kernel_package_dir() -> Optional[Path]:
@@ -117,6 +115,50 @@ def _is_log_call(small: cst.BaseSmallStatement) -> bool:
     return isinstance(func, cst.Attribute) and func.attr.value in _LOG_METHODS
 
 
+def _is_stub_raise(small: cst.BaseSmallStatement) -> bool:
+    """``raise NotImplementedError`` or ``raise NotImplementedError(...)``, with any ``from``."""
+    if not isinstance(small, cst.Raise):
+        return False
+    exc = small.exc
+    if isinstance(exc, cst.Call):
+        exc = exc.func
+    return is_name(exc, "NotImplementedError")
+
+
+def _is_kernel_import(small: cst.BaseSmallStatement) -> bool:
+    """``from vllm._codemod_kernels import paged_attention_v2 as _codemod_paged_attention_v2``.
+
+    Leading dots of a relative import are not looked at.
+    """
+    if not isinstance(small, cst.ImportFrom) or isinstance(small.names, cst.ImportStar):
+        return False
+    module = small.module
+    if not (
+        isinstance(module, cst.Attribute)
+        and is_name(module.value, "vllm")
+        and is_name(module.attr, KERNEL_DIR)
+    ):
+        return False
+    if len(small.names) != 1:
+        return False
+    alias = small.names[0]
+    return (
+        is_name(alias.name, KERNEL_ENTRY)
+        and alias.asname is not None
+        and is_name(alias.asname.name, KERNEL_ALIAS)
+    )
+
+
+def _is_kernel_callee(node: cst.CSTNode) -> bool:
+    """A call whose callee's last name contains ``paged_attention`` (``ops.paged_attention_v2``)."""
+    if not isinstance(node, cst.Call):
+        return False
+    func = node.func
+    if isinstance(func, cst.Attribute):
+        func = func.attr
+    return isinstance(func, cst.Name) and "paged_attention" in func.value
+
+
 def _split_docstring(
     stmts: List[cst.BaseStatement],
 ) -> Tuple[Optional[cst.BaseStatement], List[cst.BaseStatement]]:
@@ -137,7 +179,7 @@ def _is_stub(stmts: List[cst.BaseStatement]) -> bool:
         if line is None:
             return False
         smalls.extend(line)
-    if not smalls or not m.matches(smalls[-1], _STUB_RAISE):
+    if not smalls or not _is_stub_raise(smalls[-1]):
         return False
     for small in smalls[:-1]:
         if isinstance(small, cst.Pass):
@@ -162,17 +204,14 @@ def _patched_call_arguments(stmts: List[cst.BaseStatement]) -> Optional[List[str
     if len(smalls) != 2:
         return None
     importer, call = smalls
-    kernel_import = m.ImportFrom(
-        module=m.Attribute(value=m.Name("vllm"), attr=m.Name(KERNEL_DIR)),
-        names=[
-            m.ImportAlias(name=m.Name(KERNEL_ENTRY), asname=m.AsName(name=m.Name(KERNEL_ALIAS)))
-        ],
-    )
-    if not m.matches(importer, kernel_import):
+    if not _is_kernel_import(importer):
         return None
-    if not m.matches(call, m.Expr(value=m.Call(func=m.Name(KERNEL_ALIAS)))):
+    if not (
+        isinstance(call, cst.Expr)
+        and isinstance(call.value, cst.Call)
+        and is_name(call.value.func, KERNEL_ALIAS)
+    ):
         return None
-    assert isinstance(call, cst.Expr) and isinstance(call.value, cst.Call)
     names: List[str] = []
     for arg in call.value.args:
         if (
@@ -188,17 +227,11 @@ def _patched_call_arguments(stmts: List[cst.BaseStatement]) -> Optional[List[str
 
 def _calls_a_kernel(func: cst.FunctionDef) -> Optional[str]:
     """Source of the first call to some ``*.paged_attention_v2(...)`` in the body."""
-    calls = m.findall(
-        func.body,
-        m.Call(
-            func=m.Attribute(attr=m.Name(value=m.MatchIfTrue(lambda n: "paged_attention" in n)))
-            | m.Name(value=m.MatchIfTrue(lambda n: "paged_attention" in n))
-        ),
-    )
-    for call in calls:
-        assert isinstance(call, cst.Call)
-        return code_of(call.func)
-    return None
+    call = find_first(func.body, _is_kernel_callee)
+    if call is None:
+        return None
+    assert isinstance(call, cst.Call)
+    return code_of(call.func)
 
 
 def _signature_problem(params: cst.Parameters, accepted: FrozenSet[str]) -> Optional[str]:

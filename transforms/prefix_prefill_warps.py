@@ -22,10 +22,16 @@ from __future__ import annotations
 from typing import Dict, List, Optional, Tuple
 
 import libcst as cst
-import libcst.matchers as m
 from packaging.specifiers import SpecifierSet
 
-from ._cst_helpers import code_of, parameter_names, walk_statements, with_marker
+from ._cst_helpers import (
+    assigns_name,
+    code_of,
+    is_name,
+    parameter_names,
+    walk_statements,
+    with_marker,
+)
 from .base import Option, Plan, Status, Transform, TransformContext
 
 KEYWORD = "num_warps"
@@ -34,9 +40,12 @@ REPORTED = ("BASE_BLOCK", "BLOCK")
 #: Valid Triton warp counts: powers of two up to 32 (1024 threads per program).
 VALID_WARPS = (1, 2, 4, 8, 16, 32)
 
-_LAUNCH = m.Call(
-    func=m.Subscript(), args=[m.ZeroOrMore(), m.Arg(keyword=m.Name(KEYWORD)), m.ZeroOrMore()]
-)
+
+def _is_launch(call: cst.Call) -> bool:
+    """``kernel[grid](..., num_warps=<anything>, ...)``."""
+    return isinstance(call.func, cst.Subscript) and any(
+        is_name(arg.keyword, KEYWORD) for arg in call.args
+    )
 
 
 class _Launch:
@@ -63,7 +72,9 @@ def _is_device_code(node: cst.FunctionDef) -> bool:
         target = decorator.decorator
         if isinstance(target, cst.Call):
             target = target.func
-        if m.matches(target, m.Name("jit") | m.Attribute(attr=m.Name("jit"))):
+        if isinstance(target, cst.Attribute):
+            target = target.attr
+        if is_name(target, "jit"):
             return True
     return False
 
@@ -84,7 +95,7 @@ class _LaunchFinder(cst.CSTVisitor):
             self.stack.pop()
 
     def visit_Call(self, node: cst.Call) -> None:
-        if m.matches(node, _LAUNCH):
+        if _is_launch(node):
             self.launches.append(_Launch(node, self.stack[-1] if self.stack else None))
 
 
@@ -109,9 +120,7 @@ def _assignments(stmts: List[cst.BaseStatement], name: str) -> List[cst.SimpleSt
     found = []
     for stmt in walk_statements(stmts):
         if isinstance(stmt, cst.SimpleStatementLine) and any(
-            m.matches(small, m.Assign(targets=[m.AssignTarget(target=m.Name(name))]))
-            or m.matches(small, m.AnnAssign(target=m.Name(name)))
-            for small in stmt.body
+            assigns_name(small, name) for small in stmt.body
         ):
             found.append(stmt)
     return found
@@ -209,7 +218,7 @@ class PrefixPrefillWarps(Transform):
         for stmt, variable in bindings:
             value = _value(stmt)
             old_values.append(f"{variable} = {code_of(value)}")
-            if m.matches(value, m.Integer()) and int(value.evaluated_value) == warps:  # type: ignore[attr-defined]
+            if isinstance(value, cst.Integer) and int(value.evaluated_value) == warps:
                 continue
             if not _literal_choice(value):
                 return Plan(

@@ -30,14 +30,16 @@ from __future__ import annotations
 from typing import List, Optional, Sequence, Set
 
 import libcst as cst
-import libcst.matchers as m
 from packaging.specifiers import SpecifierSet
 
 from ._cst_helpers import (
+    assigns_name,
     bound_by_statement,
     class_method,
     code_of,
+    find_first,
     is_marker_of,
+    is_name,
     marker_line,
     parameter_names,
     small_statements,
@@ -63,26 +65,22 @@ def _flag_value(stmt: cst.BaseStatement) -> Optional[cst.BaseExpression]:
     if smalls is None or len(smalls) != 1:
         return None
     small = smalls[0]
-    if m.matches(small, m.Assign(targets=[m.AssignTarget(target=m.Name(FLAG))])):
-        assert isinstance(small, cst.Assign)
-        return small.value
-    if m.matches(small, m.AnnAssign(target=m.Name(FLAG))):
-        assert isinstance(small, cst.AnnAssign)
+    if assigns_name(small, FLAG):
+        assert isinstance(small, (cst.Assign, cst.AnnAssign))
         return small.value
     return None
 
 
+def _binds_flag_here(node: cst.CSTNode) -> bool:
+    """``use_v1`` as a whole target of ``=`` (chained too), ``: T``, ``+=``-style or ``:=``."""
+    if isinstance(node, (cst.AssignTarget, cst.AnnAssign, cst.AugAssign, cst.NamedExpr)):
+        return is_name(node.target, FLAG)
+    return False
+
+
 def _assigns_flag(stmt: cst.BaseStatement) -> bool:
     """Whether ``stmt`` binds ``use_v1`` in any way (tuple targets, walrus, augmented)."""
-    return bool(
-        m.findall(
-            stmt,
-            m.AssignTarget(target=m.Name(FLAG))
-            | m.AnnAssign(target=m.Name(FLAG))
-            | m.AugAssign(target=m.Name(FLAG))
-            | m.NamedExpr(target=m.Name(FLAG)),
-        )
-    ) or FLAG in bound_by_statement(stmt)
+    return find_first(stmt, _binds_flag_here) is not None or FLAG in bound_by_statement(stmt)
 
 
 def heuristic_threshold(value: cst.BaseExpression) -> Optional[int]:
@@ -92,20 +90,23 @@ def heuristic_threshold(value: cst.BaseExpression) -> Optional[int]:
     and-ed with a parenthesised or-expression): that is what makes it the length-based
     V1/V2 choice, and forks that reformatted or re-parenthesised it still match.
     """
-    pattern = m.BooleanOperation(
-        left=m.Comparison(
-            left=m.Name(),
-            comparisons=[m.ComparisonTarget(operator=m.LessThanEqual(), comparator=m.Integer())],
-        ),
-        operator=m.And(),
-        right=m.BooleanOperation(operator=m.Or()),
-    )
-    if not m.matches(value, pattern):
+    if not (
+        isinstance(value, cst.BooleanOperation)
+        and isinstance(value.operator, cst.And)
+        and isinstance(value.right, cst.BooleanOperation)
+        and isinstance(value.right.operator, cst.Or)
+    ):
         return None
-    assert isinstance(value, cst.BooleanOperation) and isinstance(value.left, cst.Comparison)
-    literal = value.left.comparisons[0].comparator
-    assert isinstance(literal, cst.Integer)
-    return int(literal.evaluated_value)
+    head = value.left
+    if not (isinstance(head, cst.Comparison) and is_name(head.left) and len(head.comparisons) == 1):
+        return None
+    (comparison,) = head.comparisons
+    if not (
+        isinstance(comparison.operator, cst.LessThanEqual)
+        and isinstance(comparison.comparator, cst.Integer)
+    ):
+        return None
+    return int(comparison.comparator.evaluated_value)
 
 
 def _retuned(value: cst.BaseExpression, threshold: int) -> cst.BaseExpression:
@@ -197,7 +198,7 @@ class V2Dispatch(Transform):
                     Status.CONFLICT,
                     f"{CLASS}.{METHOD}: `{code_of(body[i])}` is not a plain assignment to {FLAG}",
                 )
-            if not m.matches(value, m.Name("True")) and heuristic_threshold(value) is None:
+            if not is_name(value, "True") and heuristic_threshold(value) is None:
                 return Plan(
                     Status.CONFLICT,
                     f"{CLASS}.{METHOD}: unknown shape `{code_of(body[i])}`; only "

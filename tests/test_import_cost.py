@@ -1,0 +1,51 @@
+"""Import-cost guard: ``check`` on a real tree must not load the expensive modules.
+
+``libcst.matchers`` alone (a huge generated module) costs a third of the CLI's
+one-second budget on a 2-core machine; torch and ruamel.yaml are heavier still and
+the tool must work where they are not installed.  This is a deterministic check of
+what a fresh interpreter has imported after a full ``check``, not a timing test.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from treeutil import copy_fixture
+
+FORK = "bi-v100/corex-0.8.3"
+
+#: Modules (and their submodules) that ``check`` must never import.
+FORBIDDEN = ("libcst.matchers", "torch", "ruamel")
+
+_SCRIPT = """\
+import json, sys
+from vllm_codemod.cli import cli
+try:
+    cli(["check", "--site-packages", sys.argv[1]])
+except SystemExit as e:
+    code = e.code
+forbidden = json.loads(sys.argv[2])
+loaded = sorted(
+    name for name in sys.modules
+    if any(name == f or name.startswith(f + ".") for f in forbidden)
+)
+print(json.dumps({"code": code, "loaded": loaded, "libcst": "libcst" in sys.modules}))
+"""
+
+
+def test_check_loads_no_matchers_torch_or_ruamel(tmp_path):
+    site = copy_fixture(FORK, tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-c", _SCRIPT, str(site), json.dumps(FORBIDDEN)],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = json.loads(proc.stdout.splitlines()[-1])
+    # The check really ran: every transform is pending on the fork tree (exit 1), and
+    # libcst did the parsing, so an empty `loaded` is not a vacuous pass.
+    assert result["code"] == 1, proc.stdout + proc.stderr
+    assert result["libcst"] is True
+    assert result["loaded"] == [], proc.stdout
