@@ -273,17 +273,18 @@ def _next_pow2(n: int) -> int:
 
 
 # (tile tokens, num_warps, num_stages) keyed by padded head size; overridable for tuning.
-# (tile tokens, num_warps, num_stages, early V load), picked from sweeps on an H200
-# (docs/kernel-notes.md): few warps and 1-2 stages let more programs share an SM.
+# (tile tokens, num_warps, num_stages, early V load), picked from CUDA-graph-timed sweeps
+# on an H200 (docs/kernel-notes.md, run v4): few warps and 1-2 stages let more programs
+# share an SM.  Programs = seqs * kv_heads * partitions.
 DEFAULT_CONFIGS: Dict[int, Tuple[int, int, int, bool]] = {
     32: (64, 2, 1, True),
     64: (64, 2, 1, True),
     128: (64, 2, 1, True),
     256: (32, 2, 1, True),
 }
-# Many programs (large batches): small tiles with 2 stages measured faster.
-MANY_PROGRAMS = 3000
-MANY_PROGRAMS_CONFIG: Tuple[int, int, int, bool] = (16, 2, 2, True)
+# Enough programs to fill the GPU several times over: 16-token tiles, one warp each.
+MANY_PROGRAMS = 1024
+MANY_PROGRAMS_CONFIG: Tuple[int, int, int, bool] = (16, 1, 2, True)
 _config_override: Optional[Tuple] = None
 _use_hints = True
 MAX_GROUP_ROWS = 64

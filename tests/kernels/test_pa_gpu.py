@@ -109,7 +109,8 @@ def test_selfcheck_on_gpu():
 
 
 @pytest.mark.parametrize(
-    "config", [(16, 2, 2, True), (64, 2, 1, False), (32, 1, 1, True), (64, 4, 2, True)]
+    "config",
+    [(16, 1, 2, True), (16, 2, 2, True), (64, 2, 1, False), (32, 1, 1, True), (64, 4, 2, True)],
 )
 @pytest.mark.parametrize("head_size", [80, 128, 256])
 def test_triton_tuning_configs(config, head_size):
