@@ -57,9 +57,8 @@ def main() -> None:
             rows.append(("check patched", timed([*cli, "check", *sp], ns.runs)))
             rows.append(("apply no-op", timed([*cli, "apply", *sp], ns.runs)))
             for label, s in rows:
-                print(
-                    f"{name:<24} {label:<16} {statistics.median(s):9.3f} {min(s):7.3f} {max(s):7.3f}"
-                )
+                median = statistics.median(s)
+                print(f"{name:<24} {label:<16} {median:9.3f} {min(s):7.3f} {max(s):7.3f}")
 
 
 if __name__ == "__main__":
