@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 import torch
 
-from .signature import ALIASES, PARTITION_SIZE
+from .signature import ALIASES, CANONICAL_PARAMETERS, PARTITION_SIZE
 
 BACKEND_ENV = "VLLM_CODEMOD_PA_BACKEND"
 
@@ -221,16 +221,17 @@ def _run(
     return "torch"
 
 
-def _normalize(args: tuple, kwargs: dict) -> dict:
-    from .signature import CANONICAL_PARAMETERS
+_CANONICAL_SET = frozenset(CANONICAL_PARAMETERS)
 
+
+def _normalize(args: tuple, kwargs: dict) -> dict:
     if len(args) > len(CANONICAL_PARAMETERS):
         raise TypeError("paged_attention_v2: too many positional arguments")
-    bound = dict(zip(CANONICAL_PARAMETERS, args))
+    bound = dict(zip(CANONICAL_PARAMETERS, args)) if args else {}
     kv_scale = kwargs.pop("kv_scale", _UNSET)
     for name, value in kwargs.items():
         canonical = ALIASES.get(name, name)
-        if canonical not in CANONICAL_PARAMETERS and name != "backend":
+        if canonical not in _CANONICAL_SET and name != "backend":
             raise TypeError(f"paged_attention_v2: unexpected argument {name!r}")
         if canonical in bound:
             raise TypeError(f"paged_attention_v2: {canonical!r} given twice (as {name!r})")
