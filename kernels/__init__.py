@@ -19,11 +19,17 @@ __all__ = [
 ]
 
 
+_impl = None
+
+
 def paged_attention_v2(*args, **kwargs):
     """vLLM's ``ops.paged_attention_v2`` (any 0.4.3 - 0.11.0 spelling); writes ``out``.
 
     Thin wrapper: the implementation (torch, and Triton where usable) loads on first call.
     """
-    from .dispatch import paged_attention_v2 as _impl
+    global _impl
+    if _impl is None:
+        from .dispatch import paged_attention_v2 as impl
 
+        _impl = impl
     return _impl(*args, **kwargs)
