@@ -301,3 +301,21 @@ def test_revert_refuses_to_discard_a_later_change(fork):
     assert snapshot(fork) == changed
     assert run("revert", "--site-packages", str(fork), "--force").exit_code == 0
     assert not (fork / "vllm" / ".vllm-codemod").exists()
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_diff_output_applies_with_git_to_the_same_tree(fork, tmp_path):
+    patch = run("diff", "--site-packages", str(fork)).output
+    other = copy_fixture(FORK, tmp_path / "other")
+    run("apply", "--site-packages", str(other))
+    proc = subprocess.run(
+        ["git", "apply", "--unsafe-paths", f"--directory={fork.name}", "-"],
+        input=patch,
+        cwd=fork.parent,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr
+    patched = snapshot(fork)[0]
+    expected = {k: v for k, v in snapshot(other)[0].items() if "/.vllm-codemod/" not in k}
+    assert patched == expected

@@ -25,12 +25,19 @@ def _lines(data: Any) -> List[str]:
 
 
 def unified_diff(changes: Iterable[Any]) -> str:
-    """git-style diff; paths are relative to the directory that holds vllm/."""
+    """git-style diff; paths are relative to the directory that holds vllm/.
+
+    ``git apply`` and ``patch -p1`` accept it, so a reviewed diff can be applied by hand.
+    """
     chunks: List[str] = []
     for change in changes:
         old_name = "/dev/null" if change.old is None else f"a/{change.path}"
         new_name = "/dev/null" if change.new is None else f"b/{change.path}"
         chunks.append(f"diff --git a/{change.path} b/{change.path}\n")
+        if change.old is None:
+            chunks.append("new file mode 100644\n")
+        elif change.new is None:
+            chunks.append("deleted file mode 100644\n")
         for line in difflib.unified_diff(
             _lines(change.old), _lines(change.new), old_name, new_name
         ):
