@@ -131,7 +131,7 @@ def test_apply_diff_check_revert(tree, tmp_path):
         assert set(added) == set(kernels)
         for path, data in kernels.items():
             assert (site / path).read_bytes() == data
-            assert added[path].splitlines()[1] == "--- /dev/null"
+            assert added[path].splitlines()[1:3] == ["new file mode 100644", "--- /dev/null"]
     else:
         assert added == {}
         assert not (site / "vllm" / KERNEL_DIR).exists()
