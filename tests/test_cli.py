@@ -319,3 +319,29 @@ def test_diff_output_applies_with_git_to_the_same_tree(fork, tmp_path):
     patched = snapshot(fork)[0]
     expected = {k: v for k, v in snapshot(other)[0].items() if "/.vllm-codemod/" not in k}
     assert patched == expected
+
+
+def test_default_tree_is_this_interpreters_vllm_found_without_importing_it(fork, tmp_path):
+    # The fixture's vllm/__init__.py imports modules the fixture lacks: importing it
+    # would fail, so a clean run proves discovery never imports vllm.
+    env = dict(os.environ, PYTHONPATH=str(fork))
+    env.pop("VLLM_CODEMOD_SITE_PACKAGES", None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "vllm_codemod.cli", "check", "--json"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 1, proc.stderr
+    payload = json.loads(proc.stdout)
+    assert payload["vllm_root"] == str((fork / "vllm").resolve())
+    assert payload["version"] == "0.8.3+corex.4.2.0"
+    with pytest.raises(subprocess.CalledProcessError):
+        subprocess.run(
+            [sys.executable, "-c", "import vllm"],
+            env=env,
+            cwd=tmp_path,
+            check=True,
+            capture_output=True,
+        )
