@@ -187,3 +187,17 @@ def test_sigkill_at_any_write_point_is_recoverable(tmp_path, monkeypatch):
         transaction.recover(tree)
         transaction.revert_tree(tree, force=False)
         assert snapshot(site) == pristine, f"revert killed at write {n}"
+
+
+def test_a_reinstall_over_a_patched_tree_becomes_the_new_original(tmp_path):
+    site = make_site(tmp_path)
+    transaction.apply_change_set(plan(site))
+    target = site / "vllm" / "_custom_ops.py"
+    target.write_text("def f():\n    raise NotImplementedError('new release')\n")
+    reinstalled = snapshot(site)
+    transaction.apply_change_set(plan(site))
+    assert target.read_text().endswith(FOOTER)
+    transaction.revert_tree(locate_tree(site, None), force=False)
+    assert target.read_bytes() == reinstalled[0]["vllm/_custom_ops.py"]
+    assert not (site / "vllm" / ".vllm-codemod").exists()
+    assert not (site / "vllm" / "_codemod_kernels").exists()

@@ -111,6 +111,19 @@ def _writable_probe(directory: Path) -> None:
         ) from None
 
 
+def _is_new_baseline(entry: Optional[Dict[str, Any]], change: Any) -> bool:
+    """Whether ``change.old`` is an original to keep: never patched, or replaced since.
+
+    A file that is neither our patched bytes nor the original we saved was replaced
+    behind our back (a reinstall over a patched tree, say): its current bytes are the
+    original that revert must bring back, not the stale copy from an older release.
+    """
+    if entry is None:
+        return True
+    current = sha256_bytes(change.old) if change.old is not None else None
+    return current not in (entry.get("patched_sha256"), entry["original_sha256"])
+
+
 def _write_step(rel: str, source: Path, data: bytes, mode: Optional[int]) -> Dict[str, Any]:
     return {
         "kind": "write",
@@ -145,9 +158,10 @@ def apply_change_set(change_set: ChangeSet) -> Dict[str, Any]:
     steps: List[Dict[str, Any]] = []
     for change in change_set.changes:
         target = tree.path(change.path)
+        first_touch = not change.added and _is_new_baseline(old["files"].get(change.path), change)
         for pyc in bytecode_for(target):
             pyc_rel = tree.rel(pyc)
-            if not change.added and change.path not in old["files"]:
+            if first_touch:
                 data = pyc.read_bytes()
                 atomic_write(state.originals(pyc_rel), data)
                 manifest["bytecode"][pyc_rel] = sha256_bytes(data)
@@ -166,7 +180,7 @@ def apply_change_set(change_set: ChangeSet) -> Dict[str, Any]:
             }
             continue
         entry = manifest["files"].get(change.path)
-        if entry is None:
+        if first_touch:
             assert change.old is not None
             atomic_write(state.originals(change.path), change.old)
             entry = {
