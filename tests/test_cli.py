@@ -345,3 +345,20 @@ def test_default_tree_is_this_interpreters_vllm_found_without_importing_it(fork,
             check=True,
             capture_output=True,
         )
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["apply", "--num-warps", "3"], ["apply", "--no-such-flag"], ["no-such-command"]],
+)
+def test_usage_errors_are_one_line_too(args, fork):
+    proc = subprocess.run(
+        [sys.executable, "-m", "vllm_codemod.cli", *args, "--site-packages", str(fork)],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("vllm-codemod: error: "), proc.stderr
+    assert "--help" in lines[0]

@@ -8,6 +8,7 @@ instant on a build machine.
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import Dict, List, Optional, Tuple
 
 import click
@@ -77,7 +78,22 @@ def cli() -> None:
 
 
 def main() -> None:
-    cli(prog_name="vllm-codemod")
+    """Console entry point: usage errors, like every other error, are one line + exit 2."""
+    try:
+        code = cli.main(prog_name="vllm-codemod", standalone_mode=False)
+    except click.UsageError as exc:
+        command = exc.ctx.command_path if exc.ctx is not None else "vllm-codemod"
+        click.echo(
+            f"vllm-codemod: error: {exc.format_message()} (see `{command} --help`)", err=True
+        )
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        click.echo(f"vllm-codemod: error: {exc.format_message()}", err=True)
+        sys.exit(exc.exit_code)
+    except click.Abort:
+        click.echo("vllm-codemod: aborted", err=True)
+        sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":
