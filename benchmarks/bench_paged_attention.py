@@ -6,7 +6,12 @@ table.  Per shape: median time (triton.testing.do_bench, which flushes L2 before
 rep; K+V of every shape is larger than L2 anyway), effective K+V bytes/s (counted
 once) and % of the measured copy bandwidth.
 
-    python benchmarks/bench_paged_attention.py [--sweep] [--json out.json] [--no-torch]
+    python benchmarks/bench_paged_attention.py [--sweep] [--variants] [--json out.json]
+        [--no-torch]
+
+--variants also times, in the same process, a short list of explicit launch configs per
+shape (tile, warps, stages, early V, split; split > 1 = the split path) against the
+default choice, CUDA-graph timed like the default.
 """
 
 from __future__ import annotations
@@ -136,6 +141,69 @@ def kernel_times(fn, iters=10):
 
 SWEEP = [(t, w, s, e) for t in (16, 32, 64) for w in (1, 2, 4) for s in (1, 2) for e in (0, 1)]
 
+# --variants: (tile, warps, stages, early V, split) per shape; split 1 = no split.
+_V128_FEW = [(16, 1, 2, True, 1), (64, 2, 1, True, 1), (16, 1, 1, False, 1), (16, 1, 2, True, 2)]
+_V128 = _V128_FEW[:3] + [
+    (16, 1, 2, True, 2),
+    (16, 1, 1, False, 2),
+    (32, 2, 1, True, 2),
+    (64, 2, 1, True, 2),
+    (32, 2, 1, True, 4),
+    (16, 1, 2, True, 4),
+]
+_V256 = [
+    (32, 2, 1, True, 1),
+    (32, 2, 1, True, 2),
+    (32, 2, 1, True, 4),
+    (16, 1, 2, True, 2),
+    (16, 1, 2, True, 4),
+    (32, 1, 1, True, 2),
+    (16, 2, 1, True, 4),
+    (64, 2, 1, True, 2),
+    (32, 4, 1, True, 2),
+]
+VARIANTS = {
+    SHAPES[0]: _V128,
+    SHAPES[1]: _V128,
+    SHAPES[2]: _V128_FEW,
+    SHAPES[3]: _V128_FEW,
+    SHAPES[4]: _V256,
+}
+
+
+def run_configs(configs, tri, a, out_ref):
+    """Graph time per forced config; NaN when the output differs from out_ref by > 1e-2."""
+    res = {}
+    for cfg in configs:
+        triton_impl.set_config_override(cfg)
+        try:
+            tri()
+            torch.cuda.synchronize()
+            err = rel(a["out"], out_ref)
+            t = graph_time(tri)
+            res[str(cfg)] = t if err < 1e-2 else float("nan")
+        except Exception as exc:  # out of shared memory etc.
+            res[str(cfg)] = f"{type(exc).__name__}"
+        finally:
+            triton_impl.set_config_override(None)
+    return res
+
+
+def best_of(res):
+    timed = {k: v for k, v in res.items() if isinstance(v, float) and v == v}
+    if not timed:
+        return [None, float("nan")]
+    best = min(timed, key=timed.get)
+    return [best, timed[best]]
+
+
+def _programs(shape):
+    seqs, nh, nkv, hs, tokens = shape
+    g_pad = max(16, min(1 << max(0, (nh // nkv - 1).bit_length()), triton_impl.MAX_GROUP_ROWS))
+    n_gc = -(-(nh // nkv) // g_pad)
+    d_pad = max(16, 1 << max(0, (hs - 1).bit_length()))
+    return seqs * nkv * n_gc * math.ceil(tokens / PARTITION_SIZE), d_pad
+
 
 def measure(shape, bw, opts):
     seqs, nh, nkv, hs, tokens = shape
@@ -162,25 +230,15 @@ def measure(shape, bw, opts):
             row["triton_nohints_us"] = bench(tri) * 1e3
         finally:
             triton_impl._use_hints = True
+    row["default_config"] = list(triton_impl.pick_config(*_programs(shape), a["query"].device))
     if opts.sweep:
-        sweep = {}
-        for cfg in SWEEP:
-            triton_impl.set_config_override(cfg)
-            try:
-                tri()
-                torch.cuda.synchronize()
-                err = rel(a["out"], out_triton)
-                t = graph_time(tri)
-                sweep[str(cfg)] = t if err < 1e-2 else float("nan")
-            except Exception as exc:  # out of shared memory etc.
-                sweep[str(cfg)] = f"{type(exc).__name__}"
-            finally:
-                triton_impl.set_config_override(None)
-        row["sweep"] = sweep
-        timed = {k: v for k, v in sweep.items() if isinstance(v, float) and v == v}
-        best = min(timed, key=timed.get)
-        row["sweep_best"] = [best, timed[best]]
-        print(f"  sweep {shape}: best {best} {timed[best]:.1f} us", flush=True)
+        row["sweep"] = run_configs(SWEEP, tri, a, out_triton)
+        row["sweep_best"] = best_of(row["sweep"])
+        print(f"  sweep {shape}: best {row['sweep_best']}", flush=True)
+    if opts.variants:
+        row["variants"] = run_configs(VARIANTS[shape], tri, a, out_triton)
+        row["variants_best"] = best_of(row["variants"])
+        print(f"  variants {shape}: {row['variants']}", flush=True)
     if not opts.no_torch:
         tor()
         row["torch_err_vs_triton"] = rel(a["out"], out_triton)
@@ -208,6 +266,7 @@ def main():
     ap.add_argument("--sweep", action="store_true", help="time Triton configs per shape")
     ap.add_argument("--no-torch", action="store_true", help="skip the PyTorch path")
     ap.add_argument("--hints-off", action="store_true", help="also time without hints")
+    ap.add_argument("--variants", action="store_true", help="time VARIANTS configs per shape")
     ap.add_argument("--json", default=None)
     opts = ap.parse_args()
 
@@ -242,6 +301,19 @@ def main():
             f"{tor_pct:5.1f} {r['sdpa_us']:7.1f} {r['sdpa_pct_copy']:5.1f} "
             f"{r['sdpa_graph_us']:7.1f} {r['sdpa_err_vs_triton']:7.1e}"
         )
+    if opts.variants:
+        print()
+        print("variants (graph us; config = tile, warps, stages, early V, split):")
+        for r in rows:
+            kv = r["kv_bytes"]
+            print(
+                f"{str(tuple(r['shape'])):<26} default {tuple(r['default_config'])} "
+                f"{r['triton_graph_us']:.1f} ({r['triton_graph_pct_copy']:.1f}%)"
+            )
+            for cfg, t in r["variants"].items():
+                pct = 100 * kv / (t * 1e-6) / bw if isinstance(t, float) and t == t else 0.0
+                shown = f"{t:8.1f} ({pct:5.1f}%)" if isinstance(t, float) else t
+                print(f"    {cfg:<26} {shown}")
     if opts.json:
         Path(opts.json).write_text(json.dumps(dict(copy_GBps=bw / 1e9, rows=rows), indent=1))
 

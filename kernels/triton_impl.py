@@ -86,6 +86,7 @@ def _pa_v2_partition_kernel(
     F32_SPLIT: tl.constexpr,
     CONTIG_HINTS: tl.constexpr,
     EARLY_V: tl.constexpr,
+    STORE_ALL: tl.constexpr,
 ):
     pid = tl.program_id(0)
     part = tl.program_id(1)
@@ -175,7 +176,10 @@ def _pa_v2_partition_kernel(
 
     l_safe = tl.where(l_i > 0, l_i, 1.0)
     res = acc / l_safe[:, None]
-    st_rows = row_ok & part_ok
+    if STORE_ALL:  # split scratch: empty sub-partitions write m=-inf, l=0, out=0 too
+        st_rows = row_ok
+    else:
+        st_rows = row_ok & part_ok
     to_ptrs = (
         tmp_out_ptr
         + seq * stride_to_s
@@ -268,14 +272,124 @@ def _pa_v2_reduce_kernel(
     )
 
 
+@triton.jit
+def _pa_v2_fold_reduce_kernel(
+    out_ptr,
+    exp_sums_ptr,
+    max_logits_ptr,
+    tmp_out_ptr,
+    sub_es_ptr,
+    sub_ml_ptr,
+    sub_to_ptr,
+    seq_lens_ptr,
+    num_heads,
+    stride_os,
+    stride_oh,
+    stride_od,
+    stride_es_s,
+    stride_es_h,
+    stride_es_p,
+    stride_ml_s,
+    stride_ml_h,
+    stride_ml_p,
+    stride_to_s,
+    stride_to_h,
+    stride_to_p,
+    stride_to_d,
+    stride_ss_s,
+    stride_ss_h,
+    stride_ss_p,
+    stride_st_s,
+    stride_st_h,
+    stride_st_p,
+    stride_st_d,
+    HEAD_SIZE: tl.constexpr,
+    D_BLK: tl.constexpr,
+    PART: tl.constexpr,
+    SPLIT: tl.constexpr,
+    P_MAX: tl.constexpr,
+    P_CHUNK: tl.constexpr,
+):
+    # Split path: SPLIT sub-partitions per 512-token partition sit in the scratch buffers
+    # (same layout as vLLM's, PART // SPLIT tokens each; empty ones hold m=-inf, l=0).
+    # Fold each group into vLLM's partition buffers (tmp_out normalized by the
+    # partition's own exp-sum) and reduce the partitions into out, in one pass.
+    pid = tl.program_id(0)
+    seq = pid // num_heads
+    h = pid % num_heads
+    d_blk = tl.program_id(1)
+    d = d_blk * D_BLK + tl.arange(0, D_BLK)
+    d_ok = d < HEAD_SIZE
+    seq_len = tl.load(seq_lens_ptr + seq)
+    num_parts = (seq_len + PART - 1) // PART
+    num_subs = num_parts * SPLIT
+    sml_base = sub_ml_ptr + seq * stride_ss_s + h * stride_ss_h
+    ses_base = sub_es_ptr + seq * stride_ss_s + h * stride_ss_h
+    sto_base = sub_to_ptr + seq * stride_st_s + h * stride_st_h
+    ml_base = max_logits_ptr + seq * stride_ml_s + h * stride_ml_h
+    es_base = exp_sums_ptr + seq * stride_es_s + h * stride_es_h
+    to_base = tmp_out_ptr + seq * stride_to_s + h * stride_to_h
+
+    m_vec = tl.zeros([P_MAX], dtype=tl.float32) - float("inf")
+    for c in range(0, (num_subs + P_MAX - 1) // P_MAX):
+        q = c * P_MAX + tl.arange(0, P_MAX)
+        ml = tl.load(sml_base + q * stride_ss_p, mask=q < num_subs, other=float("-inf"))
+        m_vec = tl.maximum(m_vec, ml)
+    m_all = tl.max(m_vec, 0)
+
+    den = tl.zeros([P_CHUNK], dtype=tl.float32)
+    acc = tl.zeros([P_CHUNK, D_BLK], dtype=tl.float32)
+    for c in range(0, (num_parts + P_CHUNK - 1) // P_CHUNK):
+        p = c * P_CHUNK + tl.arange(0, P_CHUNK)
+        p_ok = p < num_parts
+        m_p = tl.zeros([P_CHUNK], dtype=tl.float32) - float("inf")
+        for s in range(0, SPLIT):
+            ml = tl.load(sml_base + (p * SPLIT + s) * stride_ss_p, mask=p_ok, other=float("-inf"))
+            m_p = tl.maximum(m_p, ml)
+        m_p = tl.where(p_ok, m_p, 0.0)  # finite wherever p_ok: sub 0 is never empty
+        l_p = tl.zeros([P_CHUNK], dtype=tl.float32)
+        a_p = tl.zeros([P_CHUNK, D_BLK], dtype=tl.float32)
+        for s in range(0, SPLIT):
+            sub = p * SPLIT + s
+            ml = tl.load(sml_base + sub * stride_ss_p, mask=p_ok, other=float("-inf"))
+            es = tl.load(ses_base + sub * stride_ss_p, mask=p_ok, other=0.0)
+            w_s = tl.where(p_ok, tl.exp(ml - m_p) * es, 0.0)
+            t = tl.load(
+                sto_base + sub[:, None] * stride_st_p + d[None, :] * stride_st_d,
+                mask=p_ok[:, None] & d_ok[None, :],
+                other=0.0,
+            ).to(tl.float32)
+            l_p += w_s
+            a_p += w_s[:, None] * t
+        t_p = a_p / tl.where(l_p > 0, l_p, 1.0)[:, None]
+        tl.store(
+            to_base + p[:, None] * stride_to_p + d[None, :] * stride_to_d,
+            t_p.to(tmp_out_ptr.dtype.element_ty),
+            mask=p_ok[:, None] & d_ok[None, :],
+        )
+        first = p_ok & (d_blk == 0)
+        tl.store(es_base + p * stride_es_p, l_p, mask=first)
+        tl.store(ml_base + p * stride_ml_p, m_p, mask=first)
+        w = tl.where(p_ok, tl.exp(m_p - m_all) * l_p, 0.0)
+        den += w
+        acc += w[:, None] * t_p
+    total = tl.sum(den, 0)
+    total = tl.where(total > 0, total, 1.0)
+    res = tl.sum(acc, 0) / total
+    tl.store(
+        out_ptr + seq * stride_os + h * stride_oh + d * stride_od,
+        res.to(out_ptr.dtype.element_ty),
+        mask=d_ok,
+    )
+
+
 def _next_pow2(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())
 
 
-# (tile tokens, num_warps, num_stages) keyed by padded head size; overridable for tuning.
-# (tile tokens, num_warps, num_stages, early V load), picked from CUDA-graph-timed sweeps
-# on an H200 (docs/kernel-notes.md, run v4): few warps and 1-2 stages let more programs
-# share an SM.  Programs = seqs * kv_heads * partitions.
+# (tile tokens, num_warps, num_stages, early V load[, split]), picked from CUDA-graph-timed
+# sweeps on an H200 (docs/kernel-notes.md, runs v4-v5): few warps and 1-2 stages let more
+# programs share an SM.  Programs = seqs * kv_heads * partitions.
 DEFAULT_CONFIGS: Dict[int, Tuple[int, int, int, bool]] = {
     32: (64, 2, 1, True),
     64: (64, 2, 1, True),
@@ -285,15 +399,61 @@ DEFAULT_CONFIGS: Dict[int, Tuple[int, int, int, bool]] = {
 # Enough programs to fill the GPU several times over: 16-token tiles, one warp each.
 MANY_PROGRAMS = 1024
 MANY_PROGRAMS_CONFIG: Tuple[int, int, int, bool] = (16, 1, 2, True)
+# Split path: with fewer than SPLIT_BELOW_PROGRAMS_PER_SM * (SM count) programs, each
+# 512-token partition is computed by `split` programs (PART / split tokens each) into a
+# scratch buffer, then folded into vLLM's partition buffers and reduced in one kernel.
+# 0 disables it: off, since on an H200 (run v5) no split config beat the unsplit defaults
+# by more than 1% at any benchmark shape; kept, GPU-tested, for other GPUs (fewer SMs,
+# other latencies).  Configs keyed by padded head size: (tile, warps, stages, early V,
+# split).
+SPLIT_BELOW_PROGRAMS_PER_SM = 0
+SPLIT_CONFIGS: Dict[int, Tuple[int, int, int, bool, int]] = {
+    32: (32, 2, 1, True, 2),
+    64: (32, 2, 1, True, 2),
+    128: (32, 2, 1, True, 2),
+    256: (32, 2, 1, True, 2),
+}
 _config_override: Optional[Tuple] = None
 _use_hints = True
+_sm_counts: Dict[int, int] = {}
 MAX_GROUP_ROWS = 64
 
 
 def set_config_override(config: Optional[Tuple]) -> None:
-    """Force (tile, num_warps, num_stages[, early_v]) for every launch; None restores."""
+    """Force (tile, num_warps, num_stages[, early_v[, split]]) for every launch.
+
+    ``early_v`` defaults to True and ``split`` to 1 (no split); None restores the defaults.
+    """
     global _config_override
     _config_override = config
+
+
+def _sm_count(device: torch.device) -> int:
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    n = _sm_counts.get(idx)
+    if n is None:
+        n = _sm_counts[idx] = int(torch.cuda.get_device_properties(idx).multi_processor_count)
+    return n
+
+
+def pick_config(
+    programs: int, d_pad: int, device: Optional[torch.device] = None
+) -> Tuple[int, int, int, bool, int]:
+    """(tile, warps, stages, early_v, split) for a launch of ``programs`` partition programs."""
+    if _config_override is not None:
+        cfg = tuple(_config_override)
+        return cfg + ((True, 1)[len(cfg) - 3 :] if len(cfg) < 5 else ())  # type: ignore
+    if (
+        SPLIT_BELOW_PROGRAMS_PER_SM > 0
+        and d_pad in SPLIT_CONFIGS
+        and device is not None
+        and device.type == "cuda"
+        and programs < SPLIT_BELOW_PROGRAMS_PER_SM * _sm_count(device)
+    ):
+        return SPLIT_CONFIGS[d_pad]
+    if programs >= MANY_PROGRAMS and d_pad <= 128:
+        return MANY_PROGRAMS_CONFIG + (1,)
+    return DEFAULT_CONFIGS.get(d_pad, (32, 2, 1, True)) + (1,)
 
 
 def paged_attention_v2_triton(
@@ -320,14 +480,14 @@ def paged_attention_v2_triton(
     x = key_cache.shape[4]
     num_parts = (max_seq_len + PARTITION_SIZE - 1) // PARTITION_SIZE
     programs = num_seqs * num_kv_heads * n_gc * num_parts
-    if _config_override is not None:
-        config = tuple(_config_override) + (True,) * (4 - len(_config_override))
-    elif programs >= MANY_PROGRAMS and d_pad <= 128:
-        config = MANY_PROGRAMS_CONFIG
-    else:
-        config = DEFAULT_CONFIGS.get(d_pad, (32, 2, 1, True))
-    tile, warps, stages, early_v = config
-    tile = min(tile, PARTITION_SIZE)
+    tile, warps, stages, early_v, split = pick_config(programs, d_pad, query.device)
+    split = max(1, int(split))
+    # Sub-partitions must hold whole blocks (the contiguity hints and the block-granular
+    # table loads assume tiles never straddle a sub-partition start mid-block).
+    while split > 1 and (PARTITION_SIZE // split) % block_size:
+        split //= 2
+    part = PARTITION_SIZE // split
+    tile = min(tile, part)
     f32_split = key_cache.dtype == torch.float32
     if f32_split:
         tile = min(tile, 64)
@@ -346,12 +506,25 @@ def paged_attention_v2_triton(
         and vs[3] == 1
         and all(v % block_size == 0 for v in (vs[0], vs[1], vs[2]))
     )
+    if split > 1:  # partition programs write sub-partitions into scratch buffers
+        p_es = torch.empty(
+            (2, num_seqs, num_heads, num_parts * split), dtype=torch.float32, device=query.device
+        )
+        p_ml = p_es[1]
+        p_es = p_es[0]
+        p_to = torch.empty(
+            (num_seqs, num_heads, num_parts * split, head_size),
+            dtype=tmp_out.dtype,
+            device=query.device,
+        )
+    else:
+        p_es, p_ml, p_to = exp_sums, max_logits, tmp_out
 
-    grid = (num_seqs * num_kv_heads * n_gc, num_parts)
+    grid = (num_seqs * num_kv_heads * n_gc, num_parts * split)
     _pa_v2_partition_kernel[grid](
-        exp_sums,
-        max_logits,
-        tmp_out,
+        p_es,
+        p_ml,
+        p_to,
         query,
         key_cache,
         value_cache,
@@ -374,40 +547,34 @@ def paged_attention_v2_triton(
         value_cache.stride(2),
         value_cache.stride(3),
         block_tables.stride(0),
-        exp_sums.stride(0),
-        exp_sums.stride(1),
-        exp_sums.stride(2),
-        max_logits.stride(0),
-        max_logits.stride(1),
-        max_logits.stride(2),
-        tmp_out.stride(0),
-        tmp_out.stride(1),
-        tmp_out.stride(2),
-        tmp_out.stride(3),
+        p_es.stride(0),
+        p_es.stride(1),
+        p_es.stride(2),
+        p_ml.stride(0),
+        p_ml.stride(1),
+        p_ml.stride(2),
+        p_to.stride(0),
+        p_to.stride(1),
+        p_to.stride(2),
+        p_to.stride(3),
         QUERIES_PER_KV=qpk,
         G_PAD=g_pad,
         HEAD_SIZE=head_size,
         D_PAD=d_pad,
         X=x,
         BLOCK_SIZE=block_size,
-        PART=PARTITION_SIZE,
+        PART=part,
         TILE=tile,
         USE_ALIBI=use_alibi,
         F32_SPLIT=f32_split,
         CONTIG_HINTS=hints,
         EARLY_V=bool(early_v),
+        STORE_ALL=split > 1,
         num_warps=warps,
         num_stages=stages,
     )
     d_blk = min(32, d_pad)
-    p_max = max(16, min(512, _next_pow2(num_parts)))
-    _pa_v2_reduce_kernel[(num_seqs * num_heads, d_pad // d_blk)](
-        out,
-        exp_sums,
-        max_logits,
-        tmp_out,
-        seq_lens,
-        num_heads,
+    buf_strides = (
         out.stride(0),
         out.stride(1),
         out.stride(2),
@@ -421,10 +588,48 @@ def paged_attention_v2_triton(
         tmp_out.stride(1),
         tmp_out.stride(2),
         tmp_out.stride(3),
+    )
+    reduce_grid = (num_seqs * num_heads, d_pad // d_blk)
+    if split > 1:
+        _pa_v2_fold_reduce_kernel[reduce_grid](
+            out,
+            exp_sums,
+            max_logits,
+            tmp_out,
+            p_es,
+            p_ml,
+            p_to,
+            seq_lens,
+            num_heads,
+            *buf_strides,
+            p_es.stride(0),
+            p_es.stride(1),
+            p_es.stride(2),
+            p_to.stride(0),
+            p_to.stride(1),
+            p_to.stride(2),
+            p_to.stride(3),
+            HEAD_SIZE=head_size,
+            D_BLK=d_blk,
+            PART=PARTITION_SIZE,
+            SPLIT=split,
+            P_MAX=max(16, min(512, _next_pow2(num_parts * split))),
+            P_CHUNK=32,
+            num_warps=4,
+        )
+        return
+    _pa_v2_reduce_kernel[reduce_grid](
+        out,
+        exp_sums,
+        max_logits,
+        tmp_out,
+        seq_lens,
+        num_heads,
+        *buf_strides,
         HEAD_SIZE=head_size,
         D_BLK=d_blk,
         PART=PARTITION_SIZE,
-        P_MAX=p_max,
+        P_MAX=max(16, min(512, _next_pow2(num_parts))),
         P_CHUNK=32,
         num_warps=4,
     )

@@ -110,7 +110,14 @@ def test_selfcheck_on_gpu():
 
 @pytest.mark.parametrize(
     "config",
-    [(16, 1, 2, True), (16, 2, 2, True), (64, 2, 1, False), (32, 1, 1, True), (64, 4, 2, True)],
+    [
+        (16, 1, 2, True),
+        (16, 2, 2, True),
+        (64, 2, 1, False),
+        (32, 1, 1, True),
+        (64, 4, 2, True),
+        (16, 1, 1, False),
+    ],
 )
 @pytest.mark.parametrize("head_size", [80, 128, 256])
 def test_triton_tuning_configs(config, head_size):
@@ -130,3 +137,72 @@ def test_triton_many_programs_config(monkeypatch):
     monkeypatch.setattr(triton_impl, "MANY_PROGRAMS", 0)
     a = make_inputs([3000, 1, 513], 32, 8, 128, 16, torch.float16, "cuda")
     _run_and_check(a, torch.float16)
+
+
+SPLIT_CONFIGS = [
+    (32, 2, 1, True, 2),
+    (16, 1, 2, True, 2),
+    (16, 1, 1, False, 2),
+    (64, 2, 1, True, 2),
+    (32, 2, 1, True, 4),
+    (16, 1, 2, True, 4),
+    (16, 2, 1, True, 4),
+    (32, 1, 1, True, 2),
+]
+
+
+@pytest.mark.parametrize("config", SPLIT_CONFIGS)
+@pytest.mark.parametrize("head_size", [80, 128, 256])
+def test_triton_split_configs(config, head_size):
+    """Split path: sub-partitions in scratch, folded into vLLM's buffers, then reduced."""
+    from vllm_codemod.kernels import triton_impl
+
+    triton_impl.set_config_override(config)
+    try:
+        a = make_inputs(
+            [1, 700, 2600, 257], 8, 2, head_size, 16, torch.bfloat16, "cuda", alibi=True
+        )
+        _run_and_check(a, torch.bfloat16)
+    finally:
+        triton_impl.set_config_override(None)
+
+
+@pytest.mark.parametrize("split", [2, 4])
+@pytest.mark.parametrize("block_size", [8, 32])
+def test_triton_split_partition_buffers(split, block_size):
+    from vllm_codemod.kernels import triton_impl
+
+    triton_impl.set_config_override((16, 1, 2, True, split))
+    try:
+        a = make_inputs([1800, 600, 129], 8, 2, 64, block_size, torch.float32, "cuda", alibi=True)
+        _run_and_check(a, torch.float32)
+    finally:
+        triton_impl.set_config_override(None)
+    for s in range(3):
+        tmp, sums, maxes = reference_partitions(
+            a["query"],
+            a["key_cache"],
+            a["value_cache"],
+            a["block_tables"],
+            int(a["seq_lens"][s]),
+            s,
+            a["scale"],
+            a["alibi_slopes"],
+        )
+        n = tmp.shape[1]
+        assert rel_err(a["max_logits"][s, :, :n], maxes) < 1e-5
+        assert rel_err(a["exp_sums"][s, :, :n], sums) < 1e-4
+        assert rel_err(a["tmp_out"][s, :, :n], tmp) < 1e-4
+
+
+def test_triton_split_by_policy_100k(monkeypatch):
+    """The automatic choice takes the split path below the program threshold."""
+    from vllm_codemod.kernels import triton_impl
+
+    monkeypatch.setattr(triton_impl, "SPLIT_BELOW_PROGRAMS_PER_SM", 10_000)
+    dev = torch.device("cuda")
+    assert triton_impl.pick_config(392, 256, dev)[4] > 1
+    a = make_inputs([100_000], 16, 2, 256, 16, torch.bfloat16, "cuda", seed=12)
+    _run_and_check(a, torch.bfloat16)
+    b = make_inputs([30_000, 3], 32, 8, 128, 16, torch.float16, "cuda", seed=13)
+    _run_and_check(b, torch.float16)

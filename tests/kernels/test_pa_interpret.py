@@ -1,0 +1,26 @@
+"""The Triton kernels on CPU under Triton's interpreter (runs where Triton imports but no
+CUDA device is present; GPU machines run test_pa_gpu.py instead)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+HAS_TRITON = importlib.util.find_spec("triton") is not None
+SCRIPT = Path(__file__).resolve().parent / "interpret_check.py"
+
+
+@pytest.mark.skipif(not HAS_TRITON, reason="needs Triton (its interpreter runs on CPU)")
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA present: test_pa_gpu.py covers it")
+def test_triton_kernels_under_interpreter():
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT)], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
