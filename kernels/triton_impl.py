@@ -399,6 +399,11 @@ DEFAULT_CONFIGS: Dict[int, Tuple[int, int, int, bool]] = {
 # Enough programs to fill the GPU several times over: 16-token tiles, one warp each.
 MANY_PROGRAMS = 1024
 MANY_PROGRAMS_CONFIG: Tuple[int, int, int, bool] = (16, 1, 2, True)
+# Between MANY_PROGRAMS and this (e.g. one 100K sequence, 8 kv heads: 1568 programs) one
+# stage without the early V load measured 5% faster (v5: 135.4 vs 142.9 us); from about
+# 4096 programs on it is 7% slower, so it stops there (docs/kernel-notes.md, v5/v6).
+MID_PROGRAMS_LIMIT = 4096
+MID_PROGRAMS_CONFIG: Tuple[int, int, int, bool] = (16, 1, 1, False)
 # Split path: with fewer than SPLIT_BELOW_PROGRAMS_PER_SM * (SM count) programs, each
 # 512-token partition is computed by `split` programs (PART / split tokens each) into a
 # scratch buffer, then folded into vLLM's partition buffers and reduced in one kernel.
@@ -451,6 +456,8 @@ def pick_config(
         and programs < SPLIT_BELOW_PROGRAMS_PER_SM * _sm_count(device)
     ):
         return SPLIT_CONFIGS[d_pad]
+    if MANY_PROGRAMS <= programs < MID_PROGRAMS_LIMIT and d_pad <= 128:
+        return MID_PROGRAMS_CONFIG + (1,)
     if programs >= MANY_PROGRAMS and d_pad <= 128:
         return MANY_PROGRAMS_CONFIG + (1,)
     return DEFAULT_CONFIGS.get(d_pad, (32, 2, 1, True)) + (1,)

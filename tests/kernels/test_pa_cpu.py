@@ -282,3 +282,17 @@ def test_uint8_cache_needs_fp8_dtype():
     a = make_inputs([20], 4, 4, 64, 16, torch.float32, fp8_dtype=torch.float8_e4m3fn)
     with pytest.raises(ValueError, match="fp8"):
         paged_attention_v2(**a)
+
+
+def test_launch_config_tiers():
+    """Which launch config each program count gets (pure policy; needs Triton importable)."""
+    pytest.importorskip("triton")
+    from vllm_codemod.kernels import triton_impl
+
+    mid = triton_impl.MID_PROGRAMS_CONFIG + (1,)
+    many = triton_impl.MANY_PROGRAMS_CONFIG + (1,)
+    assert triton_impl.pick_config(512, 128) == triton_impl.DEFAULT_CONFIGS[128] + (1,)
+    assert triton_impl.pick_config(1568, 128) == mid
+    assert triton_impl.pick_config(4095, 128) == mid
+    assert triton_impl.pick_config(4096, 128) == many
+    assert triton_impl.pick_config(1568, 256) == triton_impl.DEFAULT_CONFIGS[256] + (1,)

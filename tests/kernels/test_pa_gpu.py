@@ -206,3 +206,15 @@ def test_triton_split_by_policy_100k(monkeypatch):
     _run_and_check(a, torch.bfloat16)
     b = make_inputs([30_000, 3], 32, 8, 128, 16, torch.float16, "cuda", seed=13)
     _run_and_check(b, torch.float16)
+
+
+def test_triton_mid_programs_default():
+    """The default for 1024 <= programs < 4096 (one 100K sequence, 8 kv heads) is exact."""
+    from vllm_codemod.kernels import triton_impl
+
+    dev = torch.device("cuda")
+    assert triton_impl.pick_config(1568, 128, dev) == triton_impl.MID_PROGRAMS_CONFIG + (1,)
+    a = make_inputs([20_000, 1, 513, 19_999], 32, 8, 128, 16, torch.bfloat16, "cuda", seed=21)
+    _run_and_check(a, torch.bfloat16)
+    b = make_inputs([100_000], 32, 8, 128, 16, torch.bfloat16, "cuda", seed=22)
+    _run_and_check(b, torch.bfloat16)
