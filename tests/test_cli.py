@@ -7,13 +7,12 @@ import os
 import shutil
 import subprocess
 import sys
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from treeutil import FIXTURES, copy_fixture, snapshot
+from treeutil import FIXTURES, copy_fixture, read_only, snapshot
 from vllm_codemod.cli import cli
 
 FORK = "bi-v100/corex-0.8.3"
@@ -193,24 +192,6 @@ def test_unknown_shape_is_a_conflict_and_nothing_is_written(tmp_path):
     assert snapshot(site) == before
     assert run("check", "--site-packages", str(site)).exit_code == 2
     assert run("diff", "--site-packages", str(site)).exit_code == 2
-
-
-@contextmanager
-def read_only(path: Path):
-    """Make ``path`` unwritable, also for root (immutable attribute)."""
-    if os.geteuid() != 0:
-        os.chmod(path, 0o555)
-        try:
-            yield
-        finally:
-            os.chmod(path, 0o755)
-        return
-    if not shutil.which("chattr") or subprocess.run(["chattr", "+i", str(path)]).returncode:
-        pytest.skip("running as root without chattr +i support: cannot make a read-only dir")
-    try:
-        yield
-    finally:
-        subprocess.run(["chattr", "-i", str(path)], check=True)
 
 
 def test_read_only_tree(fork):

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from treeutil import REPO
+from treeutil import REPO, read_only
 from vllm_codemod.cli import cli
 
 #: Comments, quoting, flow style, odd indentation, anchors, block scalars, CRLF-free.
@@ -327,14 +327,10 @@ def test_other_refusals(tmp_path):
     assert result.exit_code == 2 and "no such file" in result.stderr
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores directory permissions")
 def test_unwritable_directory_is_an_error_not_a_traceback(tmp_path):
     path = write(tmp_path, "max-num-batched-tokens: 1\n")
-    tmp_path.chmod(0o555)
-    try:
+    with read_only(tmp_path):
         result = run(str(path))
-    finally:
-        tmp_path.chmod(0o755)
     assert result.exit_code == 2 and "cannot write" in result.stderr
     assert path.read_text() == "max-num-batched-tokens: 1\n"
 

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Dict, Tuple
+from typing import Dict, Iterator, Tuple
+
+import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "vendor_fixtures"
@@ -22,3 +27,21 @@ def copy_fixture(name: str, dest: Path) -> Path:
     site = dest / "site"
     shutil.copytree(FIXTURES / name, site)
     return site
+
+
+@contextmanager
+def read_only(path: Path) -> Iterator[None]:
+    """Make ``path`` unwritable, also for root (immutable attribute)."""
+    if os.geteuid() != 0:
+        os.chmod(path, 0o555)
+        try:
+            yield
+        finally:
+            os.chmod(path, 0o755)
+        return
+    if not shutil.which("chattr") or subprocess.run(["chattr", "+i", str(path)]).returncode:
+        pytest.skip("running as root without chattr +i support: cannot make a read-only dir")
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", "-i", str(path)], check=True)
