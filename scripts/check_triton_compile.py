@@ -1,0 +1,358 @@
+"""Compile the bundled Triton kernels ahead of time, without a GPU.
+
+For every launch the launcher (``paged_attention_v2_triton``) would make for a matrix of
+head sizes, dtypes, alibi, block sizes, GQA groups and the configs ``pick_config`` hands
+out (DEFAULT_CONFIGS, MID_PROGRAMS_CONFIG, MANY_PROGRAMS_CONFIG, SPLIT_CONFIGS), the
+launcher runs on CPU tensors with its kernels replaced by recorders; each recorded launch
+(arguments, constexprs, num_warps, num_stages) is then compiled for a CUDA compute
+capability with the installed Triton, through TTIR, TTGIR, LLVM IR, PTX and cubin (the
+ptxas bundled with Triton), exactly specialized as Triton's JIT would specialize it.
+
+Supports Triton 2.1 (``triton.compile(fn, signature=..., constants=..., configs=...)``
+stage functions) and Triton 3.x (``triton.compile(ASTSource(...), target=GPUTarget(...))``).
+
+    python3 scripts/check_triton_compile.py [--cc 80,70] [--full] [--jobs N]
+
+Prints one row per unique compile (kernel, cc, constexprs, ok / first error line) and
+exits 1 when any compile fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+if "TRITON_CACHE_DIR" not in os.environ:  # compile for real, leave ~/.triton alone
+    os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="triton-aot-check-")
+os.environ.pop("TRITON_INTERPRET", None)
+
+try:  # the repo layout, when vllm_codemod is not installed
+    import vllm_codemod.kernels  # noqa: F401
+except ImportError:  # pragma: no cover
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+
+from vllm_codemod.kernels import triton_impl  # noqa: E402
+
+TRITON_MAJOR_MINOR = tuple(int(p) for p in triton.__version__.split(".")[:2])
+KERNELS = {
+    "partition": triton_impl._pa_v2_partition_kernel,
+    "reduce": triton_impl._pa_v2_reduce_kernel,
+    "fold_reduce": triton_impl._pa_v2_fold_reduce_kernel,
+}
+SHORT = {
+    "QUERIES_PER_KV": "qpk",
+    "G_PAD": "G",
+    "HEAD_SIZE": "H",
+    "D_PAD": "D",
+    "BLOCK_SIZE": "BS",
+    "USE_ALIBI": "alibi",
+    "F32_SPLIT": "f32s",
+    "CONTIG_HINTS": "hints",
+    "EARLY_V": "eV",
+    "STORE_ALL": "all",
+}
+HEAD_SIZES = (32, 64, 80, 96, 112, 128, 192, 256)
+DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+BLOCK_SIZES = (8, 16, 32)
+# (num_heads, num_kv_heads): GQA 4 (G_PAD 16), MHA, GQA 32 (G_PAD 32), GQA 128 (G_PAD 64,
+# two group chunks).
+GROUPS = ((8, 2), (4, 4), (32, 1), (128, 1))
+
+
+def launcher_configs(d_pad: int):
+    """The (name, config) pairs ``pick_config`` can return for a padded head size."""
+    out = [("default", triton_impl.DEFAULT_CONFIGS.get(d_pad, (32, 2, 1, True)) + (1,))]
+    if d_pad <= 128:
+        out.append(("mid", triton_impl.MID_PROGRAMS_CONFIG + (1,)))
+        out.append(("many", triton_impl.MANY_PROGRAMS_CONFIG + (1,)))
+    if d_pad in triton_impl.SPLIT_CONFIGS:
+        out.append(("split", triton_impl.SPLIT_CONFIGS[d_pad]))
+    return out
+
+
+def cases(full: bool):
+    """(head, dtype, block size, alibi, (heads, kv heads), hints, config name, config)."""
+    i = 0
+    for hs in HEAD_SIZES:
+        d_pad = max(16, 1 << (hs - 1).bit_length())
+        for dtype in DTYPES:
+            for cname, cfg in launcher_configs(d_pad):
+                if full:
+                    for bs in BLOCK_SIZES:
+                        for alibi in (False, True):
+                            for grp in GROUPS:
+                                for hints in (True, False):
+                                    yield hs, dtype, bs, alibi, grp, hints, cname, cfg
+                    continue
+                for alibi in (False, True):  # rotate the other axes through the matrix
+                    bs = BLOCK_SIZES[i % len(BLOCK_SIZES)]
+                    grp = GROUPS[(i // 3) % len(GROUPS)]
+                    hints = (i % 5) != 4
+                    i += 1
+                    yield hs, dtype, bs, alibi, grp, hints, cname, cfg
+
+
+class _Recorder:
+    def __init__(self, name, sink):
+        self.name, self.sink = name, sink
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            self.sink.append((self.name, args, kwargs))
+
+        return launch
+
+
+def record_launches(case):
+    """Run the launcher on CPU tensors with recording kernels; returns its launches."""
+    hs, dtype, bs, alibi, (nh, nkv), hints, _cname, cfg = case
+    num_seqs, max_seq_len = 2, 1300
+    x = 16 // torch.tensor([], dtype=dtype).element_size()
+    nblk = (max_seq_len + bs - 1) // bs
+    num_blocks = num_seqs * nblk + 1
+    parts = (max_seq_len + 511) // 512
+    a = dict(
+        out=torch.empty(num_seqs, nh, hs, dtype=dtype),
+        exp_sums=torch.empty(num_seqs, nh, parts, dtype=torch.float32),
+        max_logits=torch.empty(num_seqs, nh, parts, dtype=torch.float32),
+        tmp_out=torch.empty(num_seqs, nh, parts, hs, dtype=dtype),
+        query=torch.empty(num_seqs, nh, hs, dtype=dtype),
+        key_cache=torch.empty(num_blocks, nkv, hs // x, bs, x, dtype=dtype),
+        value_cache=torch.empty(num_blocks, nkv, hs, bs, dtype=dtype),
+        num_kv_heads=nkv,
+        scale=hs**-0.5,
+        block_tables=torch.zeros(num_seqs, nblk, dtype=torch.int32),
+        seq_lens=torch.tensor([700, max_seq_len], dtype=torch.int32),
+        block_size=bs,
+        max_seq_len=max_seq_len,
+        alibi_slopes=torch.empty(nh, dtype=torch.float32) if alibi else None,
+    )
+    sink = []
+    saved = {n: getattr(triton_impl, "_pa_v2_" + n + "_kernel") for n in KERNELS}
+    try:
+        for n in KERNELS:
+            setattr(triton_impl, "_pa_v2_" + n + "_kernel", _Recorder(n, sink))
+        triton_impl.set_config_override(cfg)
+        triton_impl._use_hints = hints
+        triton_impl.paged_attention_v2_triton(**a)
+    finally:
+        for n, fn in saved.items():
+            setattr(triton_impl, "_pa_v2_" + n + "_kernel", fn)
+        triton_impl.set_config_override(None)
+        triton_impl._use_hints = True
+    return sink
+
+
+def _arg_key(a):
+    if isinstance(a, torch.Tensor):
+        return ("t", str(a.dtype), a.data_ptr() % 16 == 0)
+    if isinstance(a, bool) or not isinstance(a, int):
+        return (type(a).__name__, a if isinstance(a, bool) else None)
+    return ("i", a == 1, a % 16 == 0, -(2**31) <= a < 2**31)
+
+
+def full_args(fn, args, kwargs):
+    opts = {k: kwargs[k] for k in ("num_warps", "num_stages") if k in kwargs}
+    named = dict(zip(fn.arg_names, args))
+    named.update({k: v for k, v in kwargs.items() if k not in opts})
+    return [named[n] for n in fn.arg_names], opts
+
+
+def describe(fn, args):
+    names = [n for i, n in enumerate(fn.arg_names) if _is_constexpr(fn, i)]
+    return ",".join(f"{SHORT.get(n, n)}={int(args[fn.arg_names.index(n)])}" for n in names)
+
+
+def _is_constexpr(fn, i):
+    if hasattr(fn, "constexprs"):
+        return i in fn.constexprs
+    return fn.params[i].is_constexpr
+
+
+def _dtype_of(fn, args):
+    return str(args[fn.arg_names.index("q_ptr" if "q_ptr" in fn.arg_names else "out_ptr")].dtype)
+
+
+def compile_21(fn, args, opts, cc):
+    from triton.compiler.compiler import (
+        ast_to_ttir,
+        llir_to_ptx,
+        optimize_ttgir,
+        optimize_ttir,
+        ptx_to_cubin,
+        ttgir_to_llir,
+        ttir_to_ttgir,
+    )
+
+    configs = fn._get_config(*args)
+    constants = {i: args[i] for i in fn.constexprs}
+    constants.update({i: None for i, a in enumerate(args) if a is None})
+    constants.update({i: 1 for i in configs.equal_to_1})
+    signature = {
+        i: fn._type_of(fn._key_of(a)) for i, a in enumerate(args) if i not in fn.constexprs
+    }
+    stage = "ttir"
+    mod = optimize_ttir(ast_to_ttir(fn, signature, configs, constants, debug=False, arch=cc), cc)
+    stage = "ttgir"
+    warps, stages = opts.get("num_warps", 4), opts.get("num_stages", 3)  # the JIT's defaults
+    mod = optimize_ttgir(ttir_to_ttgir(mod, warps), stages, cc)
+    stage = "llir"
+    llir = ttgir_to_llir(mod, {}, cc)
+    stage = "ptx"
+    ptx = llir_to_ptx(llir, cc)
+    stage = "cubin"
+    ptx_to_cubin(ptx, cc)
+    return stage
+
+
+def compile_3x(fn, args, opts, cc):
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource, make_backend
+    from triton.runtime.jit import create_function_from_signature
+
+    target = GPUTarget("cuda", cc, 32)
+    backend = make_backend(target)
+    binder = create_function_from_signature(fn.signature, fn.params, backend)
+    kwargs = dict(opts, debug=False)
+    bound, specialization, options = binder(*args, **kwargs)
+    options, signature, constexprs, attrs = fn._pack_args(
+        backend, kwargs, bound, specialization, options
+    )
+    k = triton.compile(
+        ASTSource(fn, signature, constexprs, attrs), target=target, options=options.__dict__
+    )
+    assert "cubin" in k.asm
+    return "cubin"
+
+
+def _error_line(exc):
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    # Triton's CompilationError starts with a source excerpt; its reason is the last line.
+    msg = lines[-1] if lines else ""
+    ptxas = [ln for ln in lines if "error   :" in ln]  # ptxas: its first error, not "fatal"
+    if ptxas:
+        msg = "ptxas " + ptxas[0].split(";", 1)[-1].strip()
+    loc = lines[0] if lines and lines[0].startswith("at ") else ""
+    return f"{type(exc).__name__}: {msg}" + (f" [{loc}]" if loc else "")
+
+
+_TIMEOUT = [600.0]  # seconds per compile (--timeout)
+_JOBS: list = []  # forked children read their job from here (tensors do not pickle well)
+
+
+def compile_one(index):
+    name, cc, args, opts = _JOBS[index]
+    fn = KERNELS[name]
+    t0 = time.time()
+    try:
+        if TRITON_MAJOR_MINOR < (3, 0):
+            stage = compile_21(fn, args, opts, cc)
+        else:
+            stage = compile_3x(fn, args, opts, cc)
+        return "ok", stage, time.time() - t0
+    except Exception as exc:  # report every failure, keep going
+        return "ERROR", _error_line(exc)[:300], time.time() - t0
+
+
+def _child(index, conn, err_path):
+    fd = os.open(err_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    os.dup2(fd, 2)  # C++ assertions of the compiler abort the process: keep their message
+    conn.send(compile_one(index))
+    conn.close()
+
+
+def compile_isolated(index):
+    """compile_one in a forked child, so that a compiler abort() is one failed row."""
+    ctx = multiprocessing.get_context("fork")
+    recv, send = ctx.Pipe(duplex=False)
+    t0 = time.time()
+    with tempfile.NamedTemporaryFile(prefix="aot-err-", suffix=".txt") as err:
+        p = ctx.Process(target=_child, args=(index, send, err.name))
+        p.start()
+        send.close()
+        try:
+            result = recv.recv() if recv.poll(_TIMEOUT[0]) else "timeout"
+        except EOFError:
+            result = None
+        if result == "timeout":
+            p.kill()
+            p.join()
+            return "ERROR", f"timeout: no result after {_TIMEOUT[0]:.0f}s", time.time() - t0
+        p.join()
+        if result is not None:
+            return result
+        lines = [ln.strip() for ln in Path(err.name).read_text(errors="replace").splitlines()]
+        lines = [ln for ln in lines if ln]
+        msg = next((ln for ln in lines if "Assertion" in ln), lines[-1] if lines else "")
+        msg = msg.split(": Assertion ", 1)[-1] if "Assertion" in msg else msg
+        return "ERROR", f"abort (exit {p.exitcode}): {msg}"[:300], time.time() - t0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cc", default="80", help="compute capabilities, comma separated")
+    ap.add_argument("--full", action="store_true", help="the whole case product (slow)")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--timeout", type=float, default=600.0, help="seconds per compile")
+    ap.add_argument("--limit", type=int, default=0, help="compile only the first N (debug)")
+    ns = ap.parse_args(argv)
+    ccs = [int(c) for c in ns.cc.split(",") if c]
+
+    seen, jobs, rows = set(), [], []
+    for case in cases(ns.full):
+        for name, args, kwargs in record_launches(case):
+            fn = KERNELS[name]
+            full, opts = full_args(fn, args, kwargs)
+            key_args = tuple(a if _is_constexpr(fn, i) else _arg_key(a) for i, a in enumerate(full))
+            for cc in ccs:
+                key = (name, cc, key_args, tuple(sorted(opts.items())))
+                if key in seen:
+                    continue
+                seen.add(key)
+                jobs.append((name, cc, full, opts))
+                rows.append((name, cc, _dtype_of(fn, full), describe(fn, full), opts, case[6]))
+    if ns.limit:
+        jobs, rows = jobs[: ns.limit], rows[: ns.limit]
+    print(
+        f"triton {triton.__version__}, torch {torch.__version__}, python "
+        f"{sys.version.split()[0]}; {len(jobs)} unique compiles, cc {ccs}, jobs {ns.jobs}",
+        flush=True,
+    )
+    t0 = time.time()
+    _JOBS[:] = jobs
+    _TIMEOUT[0] = ns.timeout
+    with ThreadPoolExecutor(max(1, ns.jobs)) as ex:
+        results = list(ex.map(compile_isolated, range(len(jobs))))
+
+    print("| kernel | cc | dtype | cfg | warps/stages | constexprs | result |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    summary = {}
+    for (name, cc, dtype, cx, opts, cname), (status, info, dt) in zip(rows, results):
+        ws = f"{opts.get('num_warps', 4)}/{opts.get('num_stages', 3)}"
+        res = f"ok ({info}, {dt:.1f}s)" if status == "ok" else f"ERROR {info}"
+        print(f"| {name} | {cc} | {dtype.split('.')[-1]} | {cname} | {ws} | {cx} | {res} |")
+        s = summary.setdefault((name, cc), [0, 0, {}])
+        s[0 if status == "ok" else 1] += 1
+        if status != "ok":
+            s[2][info] = s[2].get(info, 0) + 1
+    print(f"\nsummary (triton {triton.__version__}, {time.time() - t0:.0f}s):")
+    bad = 0
+    for (name, cc), (ok, err, msgs) in sorted(summary.items()):
+        bad += err
+        print(f"  {name:12s} cc{cc}: {ok} ok, {err} failed")
+        for msg, n in sorted(msgs.items(), key=lambda kv: -kv[1]):
+            print(f"      {n} x {msg}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
