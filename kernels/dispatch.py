@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from typing import Any, Optional
+from typing import Any, Dict, Optional, Tuple
 
 import torch
 
@@ -19,15 +19,13 @@ _FP8_NAMES = {
 }
 _PLAIN_NAMES = {"auto", "fp16", "float16", "half", "bf16", "bfloat16", "fp32", "float32", "float"}
 
-_triton_state = {"checked": False, "module": None, "broken": False, "warned": False}
+_triton_state = {"checked": False, "module": None, "warned": False}
 
 _UNSET = object()
 
 
 def _triton_impl():
-    """The Triton implementation module, or None when Triton is missing or known broken."""
-    if _triton_state["broken"]:
-        return None
+    """The Triton implementation module, or None when Triton is missing."""
     if not _triton_state["checked"]:
         _triton_state["checked"] = True
         try:
@@ -37,6 +35,26 @@ def _triton_impl():
             return None
         _triton_state["module"] = triton_impl
     return _triton_state["module"]
+
+
+_triton_failed_dtypes: set = set()
+_capabilities: Dict[Any, Tuple[int, int]] = {}
+
+
+def _triton_safe_for(dtype: torch.dtype, device: torch.device) -> bool:
+    """Whether trying the Triton kernel for this cache dtype cannot take the process down.
+
+    fp32 caches use a bf16-split ``tl.dot``; below compute capability 8.0 Triton 2.1's
+    MMA lowering hits a C++ assertion on it and aborts the process, with no exception to
+    fall back from (docs/kernel-notes.md, "Triton 2.1 compile check").  Other failures
+    raise and are handled by the fallback.
+    """
+    if dtype != torch.float32:
+        return True
+    key = device.index if device.index is not None else torch.cuda.current_device()
+    if key not in _capabilities:
+        _capabilities[key] = tuple(torch.cuda.get_device_capability(key))  # type: ignore[assignment]
+    return _capabilities[key] >= (8, 0)
 
 
 def _on_gpu(tensor: torch.Tensor) -> bool:
@@ -190,7 +208,7 @@ def _run(
         if impl is None:
             raise RuntimeError(
                 f"{BACKEND_ENV}=triton but Triton is unusable here: "
-                f"{_triton_state.get('import_error', 'marked broken after a failed launch')}"
+                f"{_triton_state.get('import_error')}"
             )
         if fp8 is not None:
             raise NotImplementedError(
@@ -199,19 +217,28 @@ def _run(
             )
         impl.paged_attention_v2_triton(*args)
         return "triton"
-    if choice in ("", "auto") and fp8 is None and _on_gpu(query):
+    if (
+        choice in ("", "auto")
+        and fp8 is None
+        and _on_gpu(query)
+        and key_cache.dtype not in _triton_failed_dtypes
+        and _triton_safe_for(key_cache.dtype, query.device)
+    ):
         impl = _triton_impl()
         if impl is not None:
             try:
                 impl.paged_attention_v2_triton(*args)
                 return "triton"
             except Exception as exc:  # compile or launch failure on this box
-                _triton_state["broken"] = True
+                # Per dtype: a bf16 cache failing to compile (no bf16 before sm_80) must
+                # not cost fp16 caches their Triton path.
+                _triton_failed_dtypes.add(key_cache.dtype)
                 if not _triton_state["warned"]:
                     _triton_state["warned"] = True
                     warnings.warn(
-                        "vllm-codemod paged_attention_v2: the Triton kernel failed "
-                        f"({type(exc).__name__}: {exc}); using the PyTorch path from now on",
+                        "vllm-codemod paged_attention_v2: the Triton kernel failed for "
+                        f"{key_cache.dtype} caches ({type(exc).__name__}: {exc}); using the "
+                        "PyTorch path for them from now on",
                         RuntimeWarning,
                         stacklevel=3,
                     )

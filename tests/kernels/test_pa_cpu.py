@@ -225,19 +225,39 @@ def test_backend_env(monkeypatch):
             dispatch.paged_attention_v2(**a)
 
 
-def test_triton_failure_warns_once_and_falls_back(monkeypatch):
-    class Broken:
-        calls = 0
+class _FakeTriton:
+    """Stands in for the Triton module; fails for the dtypes listed in ``failing``."""
 
-        @staticmethod
-        def paged_attention_v2_triton(*args):
-            Broken.calls += 1
+    def __init__(self, failing=()):
+        self.calls = []
+        self.failing = set(failing)
+
+    def paged_attention_v2_triton(self, *args):
+        dtype = args[5].dtype  # key_cache
+        self.calls.append(dtype)
+        if dtype in self.failing:
             raise RuntimeError("no compiler for this GPU")
+        raise _Handled()
 
-    state = {"checked": True, "module": Broken, "broken": False, "warned": False}
+
+class _Handled(BaseException):  # escapes the dispatcher's `except Exception`
+    pass
+
+
+def _fake_gpu(monkeypatch, fake, capability=(9, 0)):
+    state = {"checked": True, "module": fake, "warned": False}
     monkeypatch.setattr(dispatch, "_triton_state", state)
+    monkeypatch.setattr(dispatch, "_triton_failed_dtypes", set())
+    monkeypatch.setattr(dispatch, "_capabilities", {})
     monkeypatch.setattr(dispatch, "_on_gpu", lambda t: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
     monkeypatch.delenv(dispatch.BACKEND_ENV, raising=False)
+
+
+def test_triton_failure_warns_once_and_falls_back(monkeypatch):
+    fake = _FakeTriton(failing={torch.float32})
+    _fake_gpu(monkeypatch, fake)
     a = make_inputs([800], 4, 2, 64, 16, torch.float32)
     with pytest.warns(RuntimeWarning, match="PyTorch path"):
         assert dispatch.paged_attention_v2_with_path(**a) == "torch"
@@ -245,7 +265,30 @@ def test_triton_failure_warns_once_and_falls_back(monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert dispatch.paged_attention_v2_with_path(**a) == "torch"
-    assert Broken.calls == 1
+    assert fake.calls == [torch.float32]
+    # The failure is remembered per cache dtype: fp16 caches still get the Triton path.
+    b = make_inputs([800], 4, 2, 64, 16, torch.float16)
+    with pytest.raises(_Handled):
+        dispatch.paged_attention_v2_with_path(**b)
+    assert fake.calls == [torch.float32, torch.float16]
+
+
+@pytest.mark.parametrize("capability, tried", [((7, 0), False), ((7, 5), False), ((8, 0), True)])
+def test_fp32_caches_skip_triton_below_sm80(monkeypatch, capability, tried):
+    """Triton 2.1 aborts the process compiling the fp32 path below sm_80: never try it."""
+    fake = _FakeTriton()
+    _fake_gpu(monkeypatch, fake, capability)
+    a = make_inputs([700], 4, 2, 64, 16, torch.float32)
+    if tried:
+        with pytest.raises(_Handled):
+            dispatch.paged_attention_v2_with_path(**a)
+    else:
+        assert dispatch.paged_attention_v2_with_path(**a) == "torch"
+        _check_out(a, _ref(a), torch.float32)
+    assert fake.calls == ([torch.float32] if tried else [])
+    b = make_inputs([700], 4, 2, 64, 16, torch.float16)
+    with pytest.raises(_Handled):  # other dtypes are not affected
+        dispatch.paged_attention_v2_with_path(**b)
 
 
 FP8 = [
