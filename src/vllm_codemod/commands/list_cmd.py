@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 import click
+from packaging.specifiers import SpecifierSet
 
 from ._common import _all_transforms, emit_json, json_option
+
+
+def _describe(specifiers: SpecifierSet) -> str:
+    """Lower bounds first (``>=0.4.3, <=0.11.0``): how people read a range."""
+    ordered = sorted(specifiers, key=lambda s: (s.operator not in (">=", ">"), str(s)))
+    return ", ".join(str(s) for s in ordered)
 
 
 @click.command(
@@ -23,7 +30,7 @@ def list_cmd(as_json: bool) -> None:
             "name": t.name,
             "target": f"vllm/{t.target}",
             "description": t.description,
-            "known_versions": str(t.known_versions),
+            "known_versions": _describe(t.known_versions),
             "options": [{"flag": o.flag, "default": o.default, "help": o.help} for o in t.options],
         }
         for t in _all_transforms()
