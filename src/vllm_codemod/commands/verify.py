@@ -16,9 +16,9 @@ from typing import Any
 import click
 
 from ..errors import CodemodError
+from ..transforms.paged_attention_v2 import KERNEL_DIR
 from ._common import emit_json, json_option, open_session, tree_options, user_errors
 
-KERNEL_DIR = "_codemod_kernels"
 PRIVATE_NAME = "_vllm_codemod_verify_kernels"
 
 
