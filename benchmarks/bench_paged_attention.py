@@ -10,8 +10,8 @@ once) and % of the measured copy bandwidth.
         [--no-torch]
 
 --variants also times, in the same process, a short list of explicit launch configs per
-shape (tile, warps, stages, early V, split; split > 1 = the split path) against the
-default choice, CUDA-graph timed like the default.
+shape (tile, warps, stages, early V, split, prefetch: triton_impl.LaunchConfig) against
+the default choice, CUDA-graph timed like the default.
 """
 
 from __future__ import annotations
@@ -141,32 +141,46 @@ def kernel_times(fn, iters=10):
 
 SWEEP = [(t, w, s, e) for t in (16, 32, 64) for w in (1, 2, 4) for s in (1, 2) for e in (0, 1)]
 
-# --variants: (tile, warps, stages, early V, split) per shape; split 1 = no split.
-_V128_FEW = [(16, 1, 2, True, 1), (64, 2, 1, True, 1), (16, 1, 1, False, 1), (16, 1, 2, True, 2)]
-_V128 = _V128_FEW[:3] + [
-    (16, 1, 2, True, 2),
-    (16, 1, 1, False, 2),
-    (32, 2, 1, True, 2),
-    (64, 2, 1, True, 2),
-    (32, 2, 1, True, 4),
-    (16, 1, 2, True, 4),
+# --variants: launch configs per shape, as (tile, warps, stages, early V, split, prefetch)
+# (triton_impl.LaunchConfig); split 1 = no split; prefetch 0 none, 1 block ids one tile
+# ahead, 2 block ids + K/V one tile ahead.
+_V128_MANY = [
+    (16, 1, 2, True, 1, 0),
+    (16, 1, 1, False, 1, 0),
+    (16, 1, 1, False, 1, 1),
+    (16, 1, 1, True, 1, 1),
+    (16, 1, 2, True, 1, 1),
+    (16, 2, 1, True, 1, 2),
+]
+_V128 = _V128_MANY + [
+    (16, 1, 1, True, 1, 0),
+    (16, 1, 3, True, 1, 0),
+    (32, 1, 1, True, 1, 1),
+    (32, 2, 1, True, 1, 1),
+    (32, 2, 1, True, 1, 2),
+    (64, 2, 1, True, 1, 0),
+    (64, 2, 1, True, 1, 1),
+    (64, 4, 1, True, 1, 2),
 ]
 _V256 = [
-    (32, 2, 1, True, 1),
-    (32, 2, 1, True, 2),
-    (32, 2, 1, True, 4),
-    (16, 1, 2, True, 2),
-    (16, 1, 2, True, 4),
-    (32, 1, 1, True, 2),
-    (16, 2, 1, True, 4),
-    (64, 2, 1, True, 2),
-    (32, 4, 1, True, 2),
+    (32, 2, 1, True, 1, 0),
+    (32, 2, 1, True, 1, 1),
+    (32, 2, 2, True, 1, 0),
+    (32, 2, 3, True, 1, 0),
+    (16, 2, 1, True, 1, 1),
+    (16, 2, 1, True, 1, 2),
+    (16, 4, 1, True, 1, 2),
+    (32, 4, 1, True, 1, 1),
+    (32, 4, 1, True, 1, 2),
+    (64, 4, 1, True, 1, 1),
+    (16, 1, 1, True, 1, 1),
+    (32, 2, 1, True, 4, 1),
 ]
 VARIANTS = {
     SHAPES[0]: _V128,
     SHAPES[1]: _V128,
-    SHAPES[2]: _V128_FEW,
-    SHAPES[3]: _V128_FEW,
+    SHAPES[2]: _V128_MANY,
+    SHAPES[3]: _V128_MANY,
     SHAPES[4]: _V256,
 }
 
@@ -303,7 +317,7 @@ def main():
         )
     if opts.variants:
         print()
-        print("variants (graph us; config = tile, warps, stages, early V, split):")
+        print("variants (graph us; config = tile, warps, stages, early V, split, prefetch):")
         for r in rows:
             kv = r["kv_bytes"]
             print(

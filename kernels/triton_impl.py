@@ -13,7 +13,7 @@ split product (hi*hi + hi*lo + lo*hi), so no TF32/precision keyword is needed.
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Tuple
+from typing import Dict, NamedTuple, Optional, Sequence
 
 import torch
 import triton
@@ -35,6 +35,49 @@ def _dot(a, b, F32_SPLIT: tl.constexpr):
     else:
         r = tl.dot(a, b)
     return r
+
+
+@triton.jit
+def _tile_block_ids(bt_base, t0, n_blocks, TILE: tl.constexpr, BLOCK_SIZE: tl.constexpr):
+    # One table entry per token of the tile (whole blocks share one); blocks past the
+    # sequence's end read block 0, so K/V addresses need no per-token mask.
+    blk_idx = (t0 + tl.arange(0, TILE)) // BLOCK_SIZE
+    return tl.load(bt_base + blk_idx, mask=blk_idx < n_blocks, other=0).to(tl.int64)
+
+
+@triton.jit
+def _kv_offsets(
+    blk, t0, k_d, v_d, stride_kb, stride_kt, stride_vb, stride_vt,
+    X: tl.constexpr, BLOCK_SIZE: tl.constexpr, TILE: tl.constexpr, CONTIG_HINTS: tl.constexpr,
+):  # fmt: skip
+    t_in = (t0 + tl.arange(0, TILE)) % BLOCK_SIZE
+    k_off = blk[None, :] * stride_kb + t_in[None, :] * stride_kt + k_d[:, None]
+    v_off = blk[:, None] * stride_vb + t_in[:, None] * stride_vt + v_d[None, :]
+    if CONTIG_HINTS:
+        k_off = tl.max_contiguous(tl.multiple_of(k_off, [X, 1]), [X, 1])
+        v_off = tl.max_contiguous(tl.multiple_of(v_off, [BLOCK_SIZE, 1]), [BLOCK_SIZE, 1])
+    return k_off, v_off
+
+
+@triton.jit
+def _load_kv_tile(
+    k_base, v_base, blk, t0, k_d, v_d, d_ok, ok, stride_kb, stride_kt, stride_vb, stride_vt,
+    X: tl.constexpr, BLOCK_SIZE: tl.constexpr, TILE: tl.constexpr, HEAD_SIZE: tl.constexpr,
+    D_PAD: tl.constexpr, CONTIG_HINTS: tl.constexpr,
+):  # fmt: skip
+    # ``ok`` is one flag for the whole tile (False past the partition's last tile), so the
+    # loads keep their vector width.
+    k_off, v_off = _kv_offsets(
+        blk, t0, k_d, v_d, stride_kb, stride_kt, stride_vb, stride_vt,
+        X, BLOCK_SIZE, TILE, CONTIG_HINTS,
+    )  # fmt: skip
+    if D_PAD == HEAD_SIZE:
+        k = tl.load(k_base + k_off, mask=ok, other=0.0)  # [D_PAD, TILE]
+        v = tl.load(v_base + v_off, mask=ok, other=0.0)  # [TILE, D_PAD]
+    else:
+        k = tl.load(k_base + k_off, mask=d_ok[:, None] & ok, other=0.0)
+        v = tl.load(v_base + v_off, mask=d_ok[None, :] & ok, other=0.0)
+    return k, v
 
 
 @triton.jit
@@ -87,6 +130,7 @@ def _pa_v2_partition_kernel(
     CONTIG_HINTS: tl.constexpr,
     EARLY_V: tl.constexpr,
     STORE_ALL: tl.constexpr,
+    PREFETCH: tl.constexpr,
 ):
     pid = tl.program_id(0)
     part = tl.program_id(1)
@@ -128,29 +172,50 @@ def _pa_v2_partition_kernel(
     l_i = tl.zeros([G_PAD], dtype=tl.float32)
     acc = tl.zeros([G_PAD, D_PAD], dtype=tl.float32)
     n_blocks = (seq_len + BLOCK_SIZE - 1) // BLOCK_SIZE
+    # PREFETCH 1: each tile's block ids are loaded one tile ahead (the table read no
+    # longer sits between one tile's K/V loads and the next).  PREFETCH 2: K and V too
+    # (register double buffer: the next tile's bytes are in flight during this tile's math).
+    if PREFETCH >= 1:
+        blk_nxt = _tile_block_ids(bt_base, start, n_blocks, TILE, BLOCK_SIZE)
+    if PREFETCH == 2:
+        k_nxt, v_nxt = _load_kv_tile(
+            k_base, v_base, blk_nxt, start, k_d, v_d, d_ok, num_tiles > 0,
+            stride_kb, stride_kt, stride_vb, stride_vt,
+            X, BLOCK_SIZE, TILE, HEAD_SIZE, D_PAD, CONTIG_HINTS,
+        )  # fmt: skip
+        blk_nxt = _tile_block_ids(bt_base, start + TILE, n_blocks, TILE, BLOCK_SIZE)
     for i in range(0, num_tiles):
-        offs = start + i * TILE + tl.arange(0, TILE)
+        t0 = start + i * TILE
+        offs = t0 + tl.arange(0, TILE)
         t_ok = offs < end
-        # Whole blocks share one table entry (blocks past the end read block 0), so K/V
-        # addresses stay contiguous within a block and need no per-token mask: tokens
-        # past the end are removed from s (K) and zeroed (V, which may hold NaN junk).
-        blk_idx = offs // BLOCK_SIZE
-        blk = tl.load(bt_base + blk_idx, mask=blk_idx < n_blocks, other=0).to(tl.int64)
-        t_in = offs % BLOCK_SIZE
-        k_off = blk[None, :] * stride_kb + t_in[None, :] * stride_kt + k_d[:, None]
-        v_off = blk[:, None] * stride_vb + t_in[:, None] * stride_vt + v_d[None, :]
-        if CONTIG_HINTS:
-            k_off = tl.max_contiguous(tl.multiple_of(k_off, [X, 1]), [X, 1])
-            v_off = tl.max_contiguous(tl.multiple_of(v_off, [BLOCK_SIZE, 1]), [BLOCK_SIZE, 1])
-        if D_PAD == HEAD_SIZE:
-            k = tl.load(k_base + k_off)  # [D_PAD, TILE]
+        if PREFETCH == 2:
+            k = k_nxt
+            v = v_nxt
+            k_nxt, v_nxt = _load_kv_tile(
+                k_base, v_base, blk_nxt, t0 + TILE, k_d, v_d, d_ok, i + 1 < num_tiles,
+                stride_kb, stride_kt, stride_vb, stride_vt,
+                X, BLOCK_SIZE, TILE, HEAD_SIZE, D_PAD, CONTIG_HINTS,
+            )  # fmt: skip
+            blk_nxt = _tile_block_ids(bt_base, t0 + 2 * TILE, n_blocks, TILE, BLOCK_SIZE)
         else:
-            k = tl.load(k_base + k_off, mask=d_ok[:, None], other=0.0)
-        if EARLY_V:  # issue the V load before the QK product: more bytes in flight
-            if D_PAD == HEAD_SIZE:
-                v = tl.load(v_base + v_off)  # [TILE, D_PAD]
+            if PREFETCH == 1:
+                blk = blk_nxt
+                blk_nxt = _tile_block_ids(bt_base, t0 + TILE, n_blocks, TILE, BLOCK_SIZE)
             else:
-                v = tl.load(v_base + v_off, mask=d_ok[None, :], other=0.0)
+                blk = _tile_block_ids(bt_base, t0, n_blocks, TILE, BLOCK_SIZE)
+            k_off, v_off = _kv_offsets(
+                blk, t0, k_d, v_d, stride_kb, stride_kt, stride_vb, stride_vt,
+                X, BLOCK_SIZE, TILE, CONTIG_HINTS,
+            )  # fmt: skip
+            if D_PAD == HEAD_SIZE:
+                k = tl.load(k_base + k_off)  # [D_PAD, TILE]
+            else:
+                k = tl.load(k_base + k_off, mask=d_ok[:, None], other=0.0)
+            if EARLY_V:  # issue the V load before the QK product: more bytes in flight
+                if D_PAD == HEAD_SIZE:
+                    v = tl.load(v_base + v_off)  # [TILE, D_PAD]
+                else:
+                    v = tl.load(v_base + v_off, mask=d_ok[None, :], other=0.0)
         if F32_SPLIT:
             k = k.to(tl.float32)
         s = _dot(q, k, F32_SPLIT) * scale  # [G_PAD, TILE]
@@ -161,7 +226,7 @@ def _pa_v2_partition_kernel(
         p = tl.exp(s - m_new[:, None])
         alpha = tl.exp(m_i - m_new)
         l_i = l_i * alpha + tl.sum(p, 1)
-        if not EARLY_V:
+        if not EARLY_V and PREFETCH < 2:
             if D_PAD == HEAD_SIZE:
                 v = tl.load(v_base + v_off)
             else:
@@ -226,6 +291,7 @@ def _pa_v2_reduce_kernel(
     PART: tl.constexpr,
     P_MAX: tl.constexpr,
     P_CHUNK: tl.constexpr,
+    SINGLE_PASS: tl.constexpr,
 ):
     # One program per (sequence, head, D_BLK slice of the head): many programs even for
     # one sequence, and short dependent chains (the max over partitions in one load).
@@ -240,31 +306,46 @@ def _pa_v2_reduce_kernel(
     es_base = exp_sums_ptr + seq * stride_es_s + h * stride_es_h
     to_base = tmp_out_ptr + seq * stride_to_s + h * stride_to_h
 
-    m_vec = tl.zeros([P_MAX], dtype=tl.float32) - float("inf")
-    for c in range(0, (num_parts + P_MAX - 1) // P_MAX):
-        p = c * P_MAX + tl.arange(0, P_MAX)
-        ml = tl.load(ml_base + p * stride_ml_p, mask=p < num_parts, other=float("-inf"))
-        m_vec = tl.maximum(m_vec, ml)
-    m_all = tl.max(m_vec, 0)
-
-    den = tl.zeros([P_CHUNK], dtype=tl.float32)
-    acc = tl.zeros([P_CHUNK, D_BLK], dtype=tl.float32)
-    for c in range(0, (num_parts + P_CHUNK - 1) // P_CHUNK):
-        p = c * P_CHUNK + tl.arange(0, P_CHUNK)
+    if SINGLE_PASS:  # every partition fits in P_MAX: all three loads in one round trip
+        p = tl.arange(0, P_MAX)
         p_ok = p < num_parts
         ml = tl.load(ml_base + p * stride_ml_p, mask=p_ok, other=float("-inf"))
         es = tl.load(es_base + p * stride_es_p, mask=p_ok, other=0.0)
-        w = tl.where(p_ok, tl.exp(ml - m_all) * es, 0.0)
-        den += w
         t = tl.load(
             to_base + p[:, None] * stride_to_p + d[None, :] * stride_to_d,
             mask=p_ok[:, None] & d_ok[None, :],
             other=0.0,
         ).to(tl.float32)
-        acc += w[:, None] * t
-    total = tl.sum(den, 0)
-    total = tl.where(total > 0, total, 1.0)
-    res = tl.sum(acc, 0) / total
+        w = tl.where(p_ok, tl.exp(ml - tl.max(ml, 0)) * es, 0.0)
+        total = tl.sum(w, 0)
+        total = tl.where(total > 0, total, 1.0)
+        res = tl.sum(w[:, None] * t, 0) / total
+    else:
+        m_vec = tl.zeros([P_MAX], dtype=tl.float32) - float("inf")
+        for c in range(0, (num_parts + P_MAX - 1) // P_MAX):
+            p = c * P_MAX + tl.arange(0, P_MAX)
+            ml = tl.load(ml_base + p * stride_ml_p, mask=p < num_parts, other=float("-inf"))
+            m_vec = tl.maximum(m_vec, ml)
+        m_all = tl.max(m_vec, 0)
+
+        den = tl.zeros([P_CHUNK], dtype=tl.float32)
+        acc = tl.zeros([P_CHUNK, D_BLK], dtype=tl.float32)
+        for c in range(0, (num_parts + P_CHUNK - 1) // P_CHUNK):
+            p = c * P_CHUNK + tl.arange(0, P_CHUNK)
+            p_ok = p < num_parts
+            ml = tl.load(ml_base + p * stride_ml_p, mask=p_ok, other=float("-inf"))
+            es = tl.load(es_base + p * stride_es_p, mask=p_ok, other=0.0)
+            w = tl.where(p_ok, tl.exp(ml - m_all) * es, 0.0)
+            den += w
+            t = tl.load(
+                to_base + p[:, None] * stride_to_p + d[None, :] * stride_to_d,
+                mask=p_ok[:, None] & d_ok[None, :],
+                other=0.0,
+            ).to(tl.float32)
+            acc += w[:, None] * t
+        total = tl.sum(den, 0)
+        total = tl.where(total > 0, total, 1.0)
+        res = tl.sum(acc, 0) / total
     tl.store(
         out_ptr + seq * stride_os + h * stride_oh + d * stride_od,
         res.to(out_ptr.dtype.element_ty),
@@ -387,50 +468,65 @@ def _next_pow2(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())
 
 
-# (tile tokens, num_warps, num_stages, early V load[, split]), picked from CUDA-graph-timed
-# sweeps on an H200 (docs/kernel-notes.md, runs v4-v5): few warps and 1-2 stages let more
-# programs share an SM.  Programs = seqs * kv_heads * partitions.
-DEFAULT_CONFIGS: Dict[int, Tuple[int, int, int, bool]] = {
-    32: (64, 2, 1, True),
-    64: (64, 2, 1, True),
-    128: (64, 2, 1, True),
-    256: (32, 2, 1, True),
+class LaunchConfig(NamedTuple):
+    """How the partition kernel is launched.
+
+    tile: tokens per loop step; warps/stages: Triton's num_warps/num_stages; early_v: issue
+    the V load before the QK product; split: programs per 512-token partition (> 1 = the
+    split path); prefetch: 0 none, 1 block ids one tile ahead, 2 block ids and K/V one
+    tile ahead (register double buffer).
+    """
+
+    tile: int
+    warps: int
+    stages: int
+    early_v: bool = True
+    split: int = 1
+    prefetch: int = 0
+
+
+# Picked from CUDA-graph-timed sweeps on an H200 (docs/kernel-notes.md, runs v4-v5): few
+# warps and 1-2 stages let more programs share an SM.  Programs = seqs * kv_heads *
+# partitions.  Keyed by padded head size.
+DEFAULT_CONFIGS: Dict[int, LaunchConfig] = {
+    32: LaunchConfig(64, 2, 1, True),
+    64: LaunchConfig(64, 2, 1, True),
+    128: LaunchConfig(64, 2, 1, True),
+    256: LaunchConfig(32, 2, 1, True),
 }
+FALLBACK_CONFIG = LaunchConfig(32, 2, 1, True)
 # Enough programs to fill the GPU several times over: 16-token tiles, one warp each.
 MANY_PROGRAMS = 1024
-MANY_PROGRAMS_CONFIG: Tuple[int, int, int, bool] = (16, 1, 2, True)
+MANY_PROGRAMS_CONFIG = LaunchConfig(16, 1, 2, True)
 # Between MANY_PROGRAMS and this (e.g. one 100K sequence, 8 kv heads: 1568 programs) one
 # stage without the early V load measured 5% faster (v5: 135.4 vs 142.9 us); from about
 # 4096 programs on it is 7% slower, so it stops there (docs/kernel-notes.md, v5/v6).
 MID_PROGRAMS_LIMIT = 4096
-MID_PROGRAMS_CONFIG: Tuple[int, int, int, bool] = (16, 1, 1, False)
+MID_PROGRAMS_CONFIG = LaunchConfig(16, 1, 1, False)
 # Split path: with fewer than SPLIT_BELOW_PROGRAMS_PER_SM * (SM count) programs, each
 # 512-token partition is computed by `split` programs (PART / split tokens each) into a
 # scratch buffer, then folded into vLLM's partition buffers and reduced in one kernel.
 # 0 disables it: off, since on an H200 (run v5) no split config beat the unsplit defaults
 # by more than 1% at any benchmark shape; kept, GPU-tested, for other GPUs (fewer SMs,
-# other latencies).  Configs keyed by padded head size: (tile, warps, stages, early V,
-# split).
+# other latencies).  Keyed by padded head size.
 SPLIT_BELOW_PROGRAMS_PER_SM = 0
-SPLIT_CONFIGS: Dict[int, Tuple[int, int, int, bool, int]] = {
-    32: (32, 2, 1, True, 2),
-    64: (32, 2, 1, True, 2),
-    128: (32, 2, 1, True, 2),
-    256: (32, 2, 1, True, 2),
+SPLIT_CONFIGS: Dict[int, LaunchConfig] = {
+    d: LaunchConfig(32, 2, 1, True, split=2) for d in (32, 64, 128, 256)
 }
-_config_override: Optional[Tuple] = None
+# The reduce kernel loads every partition of a sequence at once (one round trip) up to
+# this many partitions (256 x 512 = 128K tokens); longer sequences loop over chunks.
+REDUCE_SINGLE_PASS_MAX = 256
+_config_override: Optional[LaunchConfig] = None
 _use_hints = True
 _sm_counts: Dict[int, int] = {}
 MAX_GROUP_ROWS = 64
 
 
-def set_config_override(config: Optional[Tuple]) -> None:
-    """Force (tile, num_warps, num_stages[, early_v[, split]]) for every launch.
-
-    ``early_v`` defaults to True and ``split`` to 1 (no split); None restores the defaults.
-    """
+def set_config_override(config: Optional[Sequence]) -> None:
+    """Force a launch config (a LaunchConfig or a tuple of 3-6 of its fields) for every
+    launch; None restores the defaults."""
     global _config_override
-    _config_override = config
+    _config_override = None if config is None else LaunchConfig(*config)
 
 
 def _sm_count(device: torch.device) -> int:
@@ -441,13 +537,10 @@ def _sm_count(device: torch.device) -> int:
     return n
 
 
-def pick_config(
-    programs: int, d_pad: int, device: Optional[torch.device] = None
-) -> Tuple[int, int, int, bool, int]:
-    """(tile, warps, stages, early_v, split) for a launch of ``programs`` partition programs."""
+def pick_config(programs: int, d_pad: int, device: Optional[torch.device] = None) -> LaunchConfig:
+    """The launch config for ``programs`` partition programs at padded head size ``d_pad``."""
     if _config_override is not None:
-        cfg = tuple(_config_override)
-        return cfg + ((True, 1)[len(cfg) - 3 :] if len(cfg) < 5 else ())  # type: ignore
+        return _config_override
     if (
         SPLIT_BELOW_PROGRAMS_PER_SM > 0
         and d_pad in SPLIT_CONFIGS
@@ -457,10 +550,10 @@ def pick_config(
     ):
         return SPLIT_CONFIGS[d_pad]
     if MANY_PROGRAMS <= programs < MID_PROGRAMS_LIMIT and d_pad <= 128:
-        return MID_PROGRAMS_CONFIG + (1,)
+        return MID_PROGRAMS_CONFIG
     if programs >= MANY_PROGRAMS and d_pad <= 128:
-        return MANY_PROGRAMS_CONFIG + (1,)
-    return DEFAULT_CONFIGS.get(d_pad, (32, 2, 1, True)) + (1,)
+        return MANY_PROGRAMS_CONFIG
+    return DEFAULT_CONFIGS.get(d_pad, FALLBACK_CONFIG)
 
 
 def paged_attention_v2_triton(
@@ -487,7 +580,7 @@ def paged_attention_v2_triton(
     x = key_cache.shape[4]
     num_parts = (max_seq_len + PARTITION_SIZE - 1) // PARTITION_SIZE
     programs = num_seqs * num_kv_heads * n_gc * num_parts
-    tile, warps, stages, early_v, split = pick_config(programs, d_pad, query.device)
+    tile, warps, stages, early_v, split, prefetch = pick_config(programs, d_pad, query.device)
     split = max(1, int(split))
     # Sub-partitions must hold whole blocks (the contiguity hints and the block-granular
     # table loads assume tiles never straddle a sub-partition start mid-block).
@@ -577,6 +670,7 @@ def paged_attention_v2_triton(
         CONTIG_HINTS=hints,
         EARLY_V=bool(early_v),
         STORE_ALL=split > 1,
+        PREFETCH=int(prefetch),
         num_warps=warps,
         num_stages=stages,
     )
@@ -638,5 +732,6 @@ def paged_attention_v2_triton(
         PART=PARTITION_SIZE,
         P_MAX=max(16, min(512, _next_pow2(num_parts))),
         P_CHUNK=32,
+        SINGLE_PASS=num_parts <= REDUCE_SINGLE_PASS_MAX,
         num_warps=4,
     )

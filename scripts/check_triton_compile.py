@@ -70,10 +70,10 @@ GROUPS = ((8, 2), (4, 4), (32, 1), (128, 1))
 
 def launcher_configs(d_pad: int):
     """The (name, config) pairs ``pick_config`` can return for a padded head size."""
-    out = [("default", triton_impl.DEFAULT_CONFIGS.get(d_pad, (32, 2, 1, True)) + (1,))]
+    out = [("default", triton_impl.DEFAULT_CONFIGS.get(d_pad, triton_impl.FALLBACK_CONFIG))]
     if d_pad <= 128:
-        out.append(("mid", triton_impl.MID_PROGRAMS_CONFIG + (1,)))
-        out.append(("many", triton_impl.MANY_PROGRAMS_CONFIG + (1,)))
+        out.append(("mid", triton_impl.MID_PROGRAMS_CONFIG))
+        out.append(("many", triton_impl.MANY_PROGRAMS_CONFIG))
     if d_pad in triton_impl.SPLIT_CONFIGS:
         out.append(("split", triton_impl.SPLIT_CONFIGS[d_pad]))
     return out

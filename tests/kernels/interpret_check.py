@@ -78,6 +78,11 @@ CASES = [
     ([600, 1800], 8, 2, 64, 16, torch.float32, True, (16, 1, 1, True, 2)),
     ([1100], 2, 1, 80, 8, torch.bfloat16, False, (64, 2, 1, True, 4)),
     ([2, 1536], 32, 2, 64, 16, torch.float16, False, (16, 1, 2, True, 2)),
+    # prefetch 1 (block ids one tile ahead) and 2 (K/V double buffer), incl. a padded head
+    ([1, 700, 1300], 8, 2, 128, 16, torch.bfloat16, True, (16, 1, 1, False, 1, 1)),
+    ([513, 1025, 40], 4, 4, 80, 8, torch.float16, False, (32, 2, 1, True, 1, 2)),
+    ([600, 1800, 16], 8, 2, 64, 32, torch.float32, True, (16, 1, 1, True, 1, 2)),
+    ([1100, 3], 2, 1, 256, 16, torch.bfloat16, False, (64, 2, 1, True, 2, 2)),
 ]
 
 

@@ -332,10 +332,10 @@ def test_launch_config_tiers():
     pytest.importorskip("triton")
     from vllm_codemod.kernels import triton_impl
 
-    mid = triton_impl.MID_PROGRAMS_CONFIG + (1,)
-    many = triton_impl.MANY_PROGRAMS_CONFIG + (1,)
-    assert triton_impl.pick_config(512, 128) == triton_impl.DEFAULT_CONFIGS[128] + (1,)
+    mid = triton_impl.MID_PROGRAMS_CONFIG
+    many = triton_impl.MANY_PROGRAMS_CONFIG
+    assert triton_impl.pick_config(512, 128) == triton_impl.DEFAULT_CONFIGS[128]
     assert triton_impl.pick_config(1568, 128) == mid
     assert triton_impl.pick_config(4095, 128) == mid
     assert triton_impl.pick_config(4096, 128) == many
-    assert triton_impl.pick_config(1568, 256) == triton_impl.DEFAULT_CONFIGS[256] + (1,)
+    assert triton_impl.pick_config(1568, 256) == triton_impl.DEFAULT_CONFIGS[256]

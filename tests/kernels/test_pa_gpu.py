@@ -117,6 +117,12 @@ def test_selfcheck_on_gpu():
         (32, 1, 1, True),
         (64, 4, 2, True),
         (16, 1, 1, False),
+        (16, 1, 1, False, 1, 1),
+        (16, 1, 1, True, 1, 1),
+        (32, 2, 1, True, 1, 1),
+        (16, 2, 1, True, 1, 2),
+        (32, 4, 1, True, 1, 2),
+        (32, 2, 1, True, 2, 1),
     ],
 )
 @pytest.mark.parametrize("head_size", [80, 128, 256])
@@ -201,7 +207,7 @@ def test_triton_split_by_policy_100k(monkeypatch):
 
     monkeypatch.setattr(triton_impl, "SPLIT_BELOW_PROGRAMS_PER_SM", 10_000)
     dev = torch.device("cuda")
-    assert triton_impl.pick_config(392, 256, dev)[4] > 1
+    assert triton_impl.pick_config(392, 256, dev).split > 1
     a = make_inputs([100_000], 16, 2, 256, 16, torch.bfloat16, "cuda", seed=12)
     _run_and_check(a, torch.bfloat16)
     b = make_inputs([30_000, 3], 32, 8, 128, 16, torch.float16, "cuda", seed=13)
@@ -213,8 +219,25 @@ def test_triton_mid_programs_default():
     from vllm_codemod.kernels import triton_impl
 
     dev = torch.device("cuda")
-    assert triton_impl.pick_config(1568, 128, dev) == triton_impl.MID_PROGRAMS_CONFIG + (1,)
+    assert triton_impl.pick_config(1568, 128, dev) == triton_impl.MID_PROGRAMS_CONFIG
     a = make_inputs([20_000, 1, 513, 19_999], 32, 8, 128, 16, torch.bfloat16, "cuda", seed=21)
     _run_and_check(a, torch.bfloat16)
     b = make_inputs([100_000], 32, 8, 128, 16, torch.bfloat16, "cuda", seed=22)
     _run_and_check(b, torch.bfloat16)
+
+
+@pytest.mark.parametrize("single_pass_max", [0, 256])
+def test_triton_reduce_chunked_and_single_pass(monkeypatch, single_pass_max):
+    """Both reduce variants: all partitions in one load, and the chunked loop (forced here;
+    by default it runs only past 256 partitions = 128K tokens)."""
+    from vllm_codemod.kernels import triton_impl
+
+    monkeypatch.setattr(triton_impl, "REDUCE_SINGLE_PASS_MAX", single_pass_max)
+    a = make_inputs([40_000, 1, 513, 17_000], 32, 8, 128, 16, torch.bfloat16, "cuda", seed=31)
+    _run_and_check(a, torch.bfloat16)
+
+
+def test_triton_long_sequence_chunked_reduce():
+    """Past 256 partitions the reduce loops over chunks by default."""
+    a = make_inputs([140_000, 700], 8, 1, 128, 32, torch.float16, "cuda", seed=32)
+    _run_and_check(a, torch.float16)
