@@ -10,7 +10,7 @@ once) and % of the measured copy bandwidth.
         [--no-torch]
 
 --variants also times, in the same process, a short list of explicit launch configs per
-shape (tile, warps, stages, early V, split, prefetch: triton_impl.LaunchConfig) against
+shape (tile, warps, stages, early V, split, prefetch, k3d: triton_impl.LaunchConfig) against
 the default choice, CUDA-graph timed like the default.
 """
 
@@ -141,40 +141,41 @@ def kernel_times(fn, iters=10):
 
 SWEEP = [(t, w, s, e) for t in (16, 32, 64) for w in (1, 2, 4) for s in (1, 2) for e in (0, 1)]
 
-# --variants: launch configs per shape, as (tile, warps, stages, early V, split, prefetch)
-# (triton_impl.LaunchConfig); split 1 = no split; prefetch 0 none, 1 block ids one tile
-# ahead, 2 block ids + K/V one tile ahead.
+# --variants: launch configs per shape, as (tile, warps, stages, early V, split, prefetch,
+# k3d) (triton_impl.LaunchConfig); split 1 = no split; prefetch 0 none, 1 block ids one
+# tile ahead, 2 block ids + K/V one tile ahead; k3d: K tiles loaded in memory order.
 _V128_MANY = [
-    (16, 1, 2, True, 1, 0),
-    (16, 1, 1, False, 1, 0),
-    (16, 1, 1, False, 1, 1),
-    (16, 1, 1, True, 1, 1),
-    (16, 1, 2, True, 1, 1),
-    (16, 2, 1, True, 1, 2),
+    (16, 1, 2, True, 1, 0, False),
+    (16, 1, 1, True, 1, 1, False),
+    (16, 1, 2, True, 1, 0, True),
+    (16, 1, 1, True, 1, 0, True),
+    (16, 1, 1, True, 1, 1, True),
+    (16, 1, 1, False, 1, 0, True),
+    (16, 1, 3, True, 1, 0, True),
 ]
 _V128 = _V128_MANY + [
-    (16, 1, 1, True, 1, 0),
-    (16, 1, 3, True, 1, 0),
-    (32, 1, 1, True, 1, 1),
-    (32, 2, 1, True, 1, 1),
-    (32, 2, 1, True, 1, 2),
-    (64, 2, 1, True, 1, 0),
-    (64, 2, 1, True, 1, 1),
-    (64, 4, 1, True, 1, 2),
+    (16, 1, 1, False, 1, 0, False),
+    (16, 2, 2, True, 1, 0, True),
+    (32, 1, 1, True, 1, 0, True),
+    (32, 2, 1, True, 1, 0, True),
+    (32, 2, 1, True, 1, 1, True),
+    (32, 2, 1, True, 1, 2, False),
+    (32, 2, 2, True, 1, 0, True),
+    (64, 2, 1, True, 1, 0, True),
+    (64, 4, 1, True, 1, 0, True),
 ]
 _V256 = [
-    (32, 2, 1, True, 1, 0),
-    (32, 2, 1, True, 1, 1),
-    (32, 2, 2, True, 1, 0),
-    (32, 2, 3, True, 1, 0),
-    (16, 2, 1, True, 1, 1),
-    (16, 2, 1, True, 1, 2),
-    (16, 4, 1, True, 1, 2),
-    (32, 4, 1, True, 1, 1),
-    (32, 4, 1, True, 1, 2),
-    (64, 4, 1, True, 1, 1),
-    (16, 1, 1, True, 1, 1),
-    (32, 2, 1, True, 4, 1),
+    (32, 2, 1, True, 1, 0, False),
+    (32, 2, 1, True, 1, 0, True),
+    (32, 2, 1, False, 1, 0, True),
+    (32, 4, 1, True, 1, 0, True),
+    (32, 4, 2, True, 1, 0, True),
+    (32, 8, 1, True, 1, 0, True),
+    (16, 2, 1, True, 1, 0, True),
+    (16, 2, 2, True, 1, 0, True),
+    (16, 4, 1, True, 1, 0, True),
+    (64, 4, 1, True, 1, 0, True),
+    (64, 8, 1, True, 1, 0, True),
 ]
 VARIANTS = {
     SHAPES[0]: _V128,
@@ -317,7 +318,7 @@ def main():
         )
     if opts.variants:
         print()
-        print("variants (graph us; config = tile, warps, stages, early V, split, prefetch):")
+        print("variants (graph us; config = tile, warps, stages, early V, split, prefetch, k3d):")
         for r in rows:
             kv = r["kv_bytes"]
             print(

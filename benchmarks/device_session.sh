@@ -27,6 +27,7 @@ for prof in ${PROFILES:-}; do
   ncu --clock-control none -k regex:_pa_v2_partition --launch-skip 1 --launch-count 1 \
     --section SpeedOfLight --section Occupancy --section LaunchStats \
     --section WarpStateStats --section MemoryWorkloadAnalysis \
+    --section MemoryWorkloadAnalysis_Tables \
     python3 benchmarks/profile_partition.py "${args[@]}" > "$OUT/$name" 2>&1
   echo "== $name"; grep -E "Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per|Block Limit|Stall|Warp Cycles Per Issued" "$OUT/$name" | head -20
 done

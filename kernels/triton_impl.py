@@ -60,10 +60,47 @@ def _kv_offsets(
 
 
 @triton.jit
-def _load_kv_tile(
-    k_base, v_base, blk, t0, k_d, v_d, d_ok, ok, stride_kb, stride_kt, stride_vb, stride_vt,
+def _load_k_3d(
+    k_base, blk, t0, ok, stride_kb, stride_kt, stride_kd, stride_kx,
     X: tl.constexpr, BLOCK_SIZE: tl.constexpr, TILE: tl.constexpr, HEAD_SIZE: tl.constexpr,
-    D_PAD: tl.constexpr, CONTIG_HINTS: tl.constexpr,
+    D_PAD: tl.constexpr, CONTIG_HINTS: tl.constexpr, USE_OK: tl.constexpr,
+):  # fmt: skip
+    # K tile as [TILE, D/X, X]: one block's K of one kv head is a single contiguous run in
+    # the order (d/x, token, x), and with the token axis first Triton lays a warp's threads
+    # along tokens after the 16-byte x vector, so each load instruction covers whole
+    # consecutive lines.  The 2-D [D, TILE] load puts 16 threads along d instead: each
+    # instruction then touches 16 lines 256 bytes apart.  The dot's [D, TILE] operand is a
+    # permute + reshape of it (Triton >= 3.0).
+    dx = tl.arange(0, D_PAD // X)
+    t_in = (t0 + tl.arange(0, TILE)) % BLOCK_SIZE
+    xx = tl.arange(0, X)
+    off = (
+        blk[:, None, None] * stride_kb
+        + t_in[:, None, None] * stride_kt
+        + dx[None, :, None] * stride_kd
+        + xx[None, None, :] * stride_kx
+    )
+    if CONTIG_HINTS:
+        off = tl.max_contiguous(tl.multiple_of(off, [1, 1, X]), [1, 1, X])
+    if D_PAD == HEAD_SIZE:
+        if USE_OK:
+            k3 = tl.load(k_base + off, mask=ok, other=0.0)
+        else:
+            k3 = tl.load(k_base + off)
+    else:
+        m = (dx < HEAD_SIZE // X)[None, :, None]
+        if USE_OK:
+            m = m & ok
+        k3 = tl.load(k_base + off, mask=m, other=0.0)
+    return tl.reshape(tl.permute(k3, (1, 2, 0)), (D_PAD, TILE))
+
+
+@triton.jit
+def _load_kv_tile(
+    k_base, v_base, blk, t0, k_d, v_d, d_ok, ok, stride_kb, stride_kt, stride_kd, stride_kx,
+    stride_vb, stride_vt,
+    X: tl.constexpr, BLOCK_SIZE: tl.constexpr, TILE: tl.constexpr, HEAD_SIZE: tl.constexpr,
+    D_PAD: tl.constexpr, CONTIG_HINTS: tl.constexpr, K_3D: tl.constexpr,
 ):  # fmt: skip
     # ``ok`` is one flag for the whole tile (False past the partition's last tile), so the
     # loads keep their vector width.
@@ -71,11 +108,18 @@ def _load_kv_tile(
         blk, t0, k_d, v_d, stride_kb, stride_kt, stride_vb, stride_vt,
         X, BLOCK_SIZE, TILE, CONTIG_HINTS,
     )  # fmt: skip
-    if D_PAD == HEAD_SIZE:
+    if K_3D:
+        k = _load_k_3d(
+            k_base, blk, t0, ok, stride_kb, stride_kt, stride_kd, stride_kx,
+            X, BLOCK_SIZE, TILE, HEAD_SIZE, D_PAD, CONTIG_HINTS, True,
+        )  # fmt: skip
+    elif D_PAD == HEAD_SIZE:
         k = tl.load(k_base + k_off, mask=ok, other=0.0)  # [D_PAD, TILE]
-        v = tl.load(v_base + v_off, mask=ok, other=0.0)  # [TILE, D_PAD]
     else:
         k = tl.load(k_base + k_off, mask=d_ok[:, None] & ok, other=0.0)
+    if D_PAD == HEAD_SIZE:
+        v = tl.load(v_base + v_off, mask=ok, other=0.0)  # [TILE, D_PAD]
+    else:
         v = tl.load(v_base + v_off, mask=d_ok[None, :] & ok, other=0.0)
     return k, v
 
@@ -131,6 +175,7 @@ def _pa_v2_partition_kernel(
     EARLY_V: tl.constexpr,
     STORE_ALL: tl.constexpr,
     PREFETCH: tl.constexpr,
+    K_3D: tl.constexpr,
 ):
     pid = tl.program_id(0)
     part = tl.program_id(1)
@@ -180,8 +225,8 @@ def _pa_v2_partition_kernel(
     if PREFETCH == 2:
         k_nxt, v_nxt = _load_kv_tile(
             k_base, v_base, blk_nxt, start, k_d, v_d, d_ok, num_tiles > 0,
-            stride_kb, stride_kt, stride_vb, stride_vt,
-            X, BLOCK_SIZE, TILE, HEAD_SIZE, D_PAD, CONTIG_HINTS,
+            stride_kb, stride_kt, stride_kd, stride_kx, stride_vb, stride_vt,
+            X, BLOCK_SIZE, TILE, HEAD_SIZE, D_PAD, CONTIG_HINTS, K_3D,
         )  # fmt: skip
         blk_nxt = _tile_block_ids(bt_base, start + TILE, n_blocks, TILE, BLOCK_SIZE)
     for i in range(0, num_tiles):
@@ -193,8 +238,8 @@ def _pa_v2_partition_kernel(
             v = v_nxt
             k_nxt, v_nxt = _load_kv_tile(
                 k_base, v_base, blk_nxt, t0 + TILE, k_d, v_d, d_ok, i + 1 < num_tiles,
-                stride_kb, stride_kt, stride_vb, stride_vt,
-                X, BLOCK_SIZE, TILE, HEAD_SIZE, D_PAD, CONTIG_HINTS,
+                stride_kb, stride_kt, stride_kd, stride_kx, stride_vb, stride_vt,
+                X, BLOCK_SIZE, TILE, HEAD_SIZE, D_PAD, CONTIG_HINTS, K_3D,
             )  # fmt: skip
             blk_nxt = _tile_block_ids(bt_base, t0 + 2 * TILE, n_blocks, TILE, BLOCK_SIZE)
         else:
@@ -207,7 +252,12 @@ def _pa_v2_partition_kernel(
                 blk, t0, k_d, v_d, stride_kb, stride_kt, stride_vb, stride_vt,
                 X, BLOCK_SIZE, TILE, CONTIG_HINTS,
             )  # fmt: skip
-            if D_PAD == HEAD_SIZE:
+            if K_3D:
+                k = _load_k_3d(
+                    k_base, blk, t0, t0 < end, stride_kb, stride_kt, stride_kd, stride_kx,
+                    X, BLOCK_SIZE, TILE, HEAD_SIZE, D_PAD, CONTIG_HINTS, False,
+                )  # fmt: skip
+            elif D_PAD == HEAD_SIZE:
                 k = tl.load(k_base + k_off)  # [D_PAD, TILE]
             else:
                 k = tl.load(k_base + k_off, mask=d_ok[:, None], other=0.0)
@@ -474,7 +524,8 @@ class LaunchConfig(NamedTuple):
     tile: tokens per loop step; warps/stages: Triton's num_warps/num_stages; early_v: issue
     the V load before the QK product; split: programs per 512-token partition (> 1 = the
     split path); prefetch: 0 none, 1 block ids one tile ahead, 2 block ids and K/V one
-    tile ahead (register double buffer).
+    tile ahead (register double buffer); k3d: load K tiles in memory order, whole lines per
+    load instruction (Triton >= 3.0; older Triton keeps the 2-D load).
     """
 
     tile: int
@@ -483,6 +534,7 @@ class LaunchConfig(NamedTuple):
     early_v: bool = True
     split: int = 1
     prefetch: int = 0
+    k3d: bool = False
 
 
 # Picked from CUDA-graph-timed sweeps on an H200 (docs/kernel-notes.md, runs v4-v5): few
@@ -520,6 +572,8 @@ _config_override: Optional[LaunchConfig] = None
 _use_hints = True
 _sm_counts: Dict[int, int] = {}
 MAX_GROUP_ROWS = 64
+# tl.permute / 3-D reshape arrived in Triton 3.0; older Triton keeps the 2-D K load.
+HAS_PERMUTE = hasattr(tl, "permute")
 
 
 def set_config_override(config: Optional[Sequence]) -> None:
@@ -580,7 +634,7 @@ def paged_attention_v2_triton(
     x = key_cache.shape[4]
     num_parts = (max_seq_len + PARTITION_SIZE - 1) // PARTITION_SIZE
     programs = num_seqs * num_kv_heads * n_gc * num_parts
-    tile, warps, stages, early_v, split, prefetch = pick_config(programs, d_pad, query.device)
+    tile, warps, stages, early_v, split, prefetch, k3d = pick_config(programs, d_pad, query.device)
     split = max(1, int(split))
     # Sub-partitions must hold whole blocks (the contiguity hints and the block-granular
     # table loads assume tiles never straddle a sub-partition start mid-block).
@@ -671,6 +725,7 @@ def paged_attention_v2_triton(
         EARLY_V=bool(early_v),
         STORE_ALL=split > 1,
         PREFETCH=int(prefetch),
+        K_3D=bool(k3d) and HAS_PERMUTE,
         num_warps=warps,
         num_stages=stages,
     )

@@ -83,6 +83,11 @@ CASES = [
     ([513, 1025, 40], 4, 4, 80, 8, torch.float16, False, (32, 2, 1, True, 1, 2)),
     ([600, 1800, 16], 8, 2, 64, 32, torch.float32, True, (16, 1, 1, True, 1, 2)),
     ([1100, 3], 2, 1, 256, 16, torch.bfloat16, False, (64, 2, 1, True, 2, 2)),
+    # k3d: K tiles loaded in memory order, then permuted (Triton >= 3.0)
+    ([1, 700, 1300], 8, 2, 128, 16, torch.bfloat16, True, (16, 1, 1, False, 1, 0, True)),
+    ([513, 1025, 40], 4, 4, 80, 8, torch.float16, False, (32, 2, 1, True, 1, 2, True)),
+    ([600, 1800, 16], 8, 2, 64, 32, torch.float32, True, (16, 1, 2, True, 1, 1, True)),
+    ([1100, 3], 2, 1, 256, 16, torch.bfloat16, False, (64, 2, 1, True, 2, 0, True)),
 ]
 
 

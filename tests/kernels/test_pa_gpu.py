@@ -123,6 +123,11 @@ def test_selfcheck_on_gpu():
         (16, 2, 1, True, 1, 2),
         (32, 4, 1, True, 1, 2),
         (32, 2, 1, True, 2, 1),
+        (16, 1, 1, False, 1, 0, True),
+        (16, 1, 2, True, 1, 0, True),
+        (32, 4, 1, True, 1, 0, True),
+        (32, 2, 1, True, 1, 2, True),
+        (64, 2, 1, True, 2, 1, True),
     ],
 )
 @pytest.mark.parametrize("head_size", [80, 128, 256])
