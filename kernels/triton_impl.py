@@ -537,9 +537,24 @@ class LaunchConfig(NamedTuple):
     k3d: bool = False
 
 
-# Picked from CUDA-graph-timed sweeps on an H200 (docs/kernel-notes.md, runs v4-v5): few
-# warps and 1-2 stages let more programs share an SM.  Programs = seqs * kv_heads *
-# partitions.  Keyed by padded head size.
+# Launch configs, picked from CUDA-graph-timed runs on an H200 (docs/kernel-notes.md).
+# Programs = seqs * kv_heads * partitions; tables keyed by padded head size.
+#
+# Triton >= 3.0 (K tiles loaded in memory order, runs v8-v9): (64,2,1) below 4096
+# programs (one 100K sequence: 124.4 us, one 32K sequence: 52.0 us), 32-token tiles on one
+# warp with block ids prefetched from 4096 programs on (8x32K: 264.9 us, 64x4K: 270.9 us),
+# (32,4,1) + block-id prefetch at head 256 (73.5 us).
+K3D_CONFIGS: Dict[int, LaunchConfig] = {
+    32: LaunchConfig(64, 2, 1, True, k3d=True),
+    64: LaunchConfig(64, 2, 1, True, k3d=True),
+    128: LaunchConfig(64, 2, 1, True, k3d=True),
+    256: LaunchConfig(32, 4, 1, True, prefetch=1, k3d=True),
+}
+K3D_MANY_PROGRAMS = 4096
+K3D_MANY_PROGRAMS_CONFIG = LaunchConfig(32, 1, 1, True, prefetch=1, k3d=True)
+#
+# Older Triton (2-D K load; runs v4-v6): few warps and 1-2 stages let more programs share
+# an SM.
 DEFAULT_CONFIGS: Dict[int, LaunchConfig] = {
     32: LaunchConfig(64, 2, 1, True),
     64: LaunchConfig(64, 2, 1, True),
@@ -603,6 +618,10 @@ def pick_config(programs: int, d_pad: int, device: Optional[torch.device] = None
         and programs < SPLIT_BELOW_PROGRAMS_PER_SM * _sm_count(device)
     ):
         return SPLIT_CONFIGS[d_pad]
+    if HAS_PERMUTE:
+        if programs >= K3D_MANY_PROGRAMS and d_pad <= 128:
+            return K3D_MANY_PROGRAMS_CONFIG
+        return K3D_CONFIGS.get(d_pad, FALLBACK_CONFIG._replace(k3d=True))
     if MANY_PROGRAMS <= programs < MID_PROGRAMS_LIMIT and d_pad <= 128:
         return MID_PROGRAMS_CONFIG
     if programs >= MANY_PROGRAMS and d_pad <= 128:

@@ -327,11 +327,22 @@ def test_uint8_cache_needs_fp8_dtype():
         paged_attention_v2(**a)
 
 
-def test_launch_config_tiers():
-    """Which launch config each program count gets (pure policy; needs Triton importable)."""
+def test_launch_config_tiers(monkeypatch):
+    """Which launch config each program count gets (pure policy; needs Triton importable).
+
+    Triton >= 3.0 gets the k3d tables; older Triton (no tl.permute) the 2-D-load ones."""
     pytest.importorskip("triton")
     from vllm_codemod.kernels import triton_impl
 
+    monkeypatch.setattr(triton_impl, "HAS_PERMUTE", True)
+    assert triton_impl.pick_config(512, 128) == triton_impl.K3D_CONFIGS[128]
+    assert triton_impl.pick_config(1568, 128) == triton_impl.K3D_CONFIGS[128]
+    assert triton_impl.pick_config(4095, 128) == triton_impl.K3D_CONFIGS[128]
+    assert triton_impl.pick_config(4096, 64) == triton_impl.K3D_MANY_PROGRAMS_CONFIG
+    assert triton_impl.pick_config(9000, 256) == triton_impl.K3D_CONFIGS[256]
+    assert all(c.k3d for c in triton_impl.K3D_CONFIGS.values())
+
+    monkeypatch.setattr(triton_impl, "HAS_PERMUTE", False)
     mid = triton_impl.MID_PROGRAMS_CONFIG
     many = triton_impl.MANY_PROGRAMS_CONFIG
     assert triton_impl.pick_config(512, 128) == triton_impl.DEFAULT_CONFIGS[128]

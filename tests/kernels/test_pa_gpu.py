@@ -146,6 +146,7 @@ def test_triton_many_programs_config(monkeypatch):
     from vllm_codemod.kernels import triton_impl
 
     monkeypatch.setattr(triton_impl, "MANY_PROGRAMS", 0)
+    monkeypatch.setattr(triton_impl, "K3D_MANY_PROGRAMS", 0)
     a = make_inputs([3000, 1, 513], 32, 8, 128, 16, torch.float16, "cuda")
     _run_and_check(a, torch.float16)
 
@@ -224,7 +225,10 @@ def test_triton_mid_programs_default():
     from vllm_codemod.kernels import triton_impl
 
     dev = torch.device("cuda")
-    assert triton_impl.pick_config(1568, 128, dev) == triton_impl.MID_PROGRAMS_CONFIG
+    expected = (
+        triton_impl.K3D_CONFIGS[128] if triton_impl.HAS_PERMUTE else triton_impl.MID_PROGRAMS_CONFIG
+    )
+    assert triton_impl.pick_config(1568, 128, dev) == expected
     a = make_inputs([20_000, 1, 513, 19_999], 32, 8, 128, 16, torch.bfloat16, "cuda", seed=21)
     _run_and_check(a, torch.bfloat16)
     b = make_inputs([100_000], 32, 8, 128, 16, torch.bfloat16, "cuda", seed=22)
@@ -246,3 +250,14 @@ def test_triton_long_sequence_chunked_reduce():
     """Past 256 partitions the reduce loops over chunks by default."""
     a = make_inputs([140_000, 700], 8, 1, 128, 32, torch.float16, "cuda", seed=32)
     _run_and_check(a, torch.float16)
+
+
+@pytest.mark.parametrize("head_size", [64, 128, 256])
+@pytest.mark.parametrize("lens", [[20_000, 1, 513], [1500] * 40])
+def test_triton_pre_triton3_tables(monkeypatch, head_size, lens):
+    """The launch tables older Triton gets (2-D K loads), run here on Triton 3."""
+    from vllm_codemod.kernels import triton_impl
+
+    monkeypatch.setattr(triton_impl, "HAS_PERMUTE", False)
+    a = make_inputs(lens, 16, 4, head_size, 16, torch.bfloat16, "cuda", alibi=True, seed=41)
+    _run_and_check(a, torch.bfloat16)
