@@ -323,6 +323,7 @@ def _pa_v2_reduce_kernel(
     tmp_out_ptr,
     seq_lens_ptr,
     num_heads,
+    max_parts,
     stride_os,
     stride_oh,
     stride_od,
@@ -356,16 +357,23 @@ def _pa_v2_reduce_kernel(
     es_base = exp_sums_ptr + seq * stride_es_s + h * stride_es_h
     to_base = tmp_out_ptr + seq * stride_to_s + h * stride_to_h
 
-    if SINGLE_PASS:  # every partition fits in P_MAX: all three loads in one round trip
+    if SINGLE_PASS:
+        # Every partition fits in P_MAX: the three loads are masked by the buffers' size,
+        # not by seq_len, so they go out together with the seq_len load (one round trip);
+        # partitions past the sequence's end (never written: junk, maybe NaN) are dropped
+        # with `where` afterwards.
         p = tl.arange(0, P_MAX)
-        p_ok = p < num_parts
-        ml = tl.load(ml_base + p * stride_ml_p, mask=p_ok, other=float("-inf"))
-        es = tl.load(es_base + p * stride_es_p, mask=p_ok, other=0.0)
+        in_buf = p < max_parts
+        ml = tl.load(ml_base + p * stride_ml_p, mask=in_buf, other=float("-inf"))
+        es = tl.load(es_base + p * stride_es_p, mask=in_buf, other=0.0)
         t = tl.load(
             to_base + p[:, None] * stride_to_p + d[None, :] * stride_to_d,
-            mask=p_ok[:, None] & d_ok[None, :],
+            mask=in_buf[:, None] & d_ok[None, :],
             other=0.0,
         ).to(tl.float32)
+        p_ok = p < num_parts
+        ml = tl.where(p_ok, ml, float("-inf"))
+        t = tl.where(p_ok[:, None], t, 0.0)
         w = tl.where(p_ok, tl.exp(ml - tl.max(ml, 0)) * es, 0.0)
         total = tl.sum(w, 0)
         total = tl.where(total > 0, total, 1.0)
@@ -800,6 +808,7 @@ def paged_attention_v2_triton(
         tmp_out,
         seq_lens,
         num_heads,
+        min(exp_sums.shape[2], max_logits.shape[2], tmp_out.shape[2]),
         *buf_strides,
         HEAD_SIZE=head_size,
         D_BLK=d_blk,
