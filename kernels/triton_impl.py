@@ -316,6 +316,16 @@ def _pa_v2_partition_kernel(
 
 
 @triton.jit
+def _max_of(base, stride, n, P_MAX: tl.constexpr):
+    # The largest of n fp32 values (one partition's max logit each), P_MAX per load.
+    m_vec = tl.zeros([P_MAX], dtype=tl.float32) - float("inf")
+    for c in range(0, (n + P_MAX - 1) // P_MAX):
+        i = c * P_MAX + tl.arange(0, P_MAX)
+        m_vec = tl.maximum(m_vec, tl.load(base + i * stride, mask=i < n, other=float("-inf")))
+    return tl.max(m_vec, 0)
+
+
+@triton.jit
 def _pa_v2_reduce_kernel(
     out_ptr,
     exp_sums_ptr,
@@ -379,12 +389,7 @@ def _pa_v2_reduce_kernel(
         total = tl.where(total > 0, total, 1.0)
         res = tl.sum(w[:, None] * t, 0) / total
     else:
-        m_vec = tl.zeros([P_MAX], dtype=tl.float32) - float("inf")
-        for c in range(0, (num_parts + P_MAX - 1) // P_MAX):
-            p = c * P_MAX + tl.arange(0, P_MAX)
-            ml = tl.load(ml_base + p * stride_ml_p, mask=p < num_parts, other=float("-inf"))
-            m_vec = tl.maximum(m_vec, ml)
-        m_all = tl.max(m_vec, 0)
+        m_all = _max_of(ml_base, stride_ml_p, num_parts, P_MAX)
 
         den = tl.zeros([P_CHUNK], dtype=tl.float32)
         acc = tl.zeros([P_CHUNK, D_BLK], dtype=tl.float32)
@@ -469,12 +474,7 @@ def _pa_v2_fold_reduce_kernel(
     es_base = exp_sums_ptr + seq * stride_es_s + h * stride_es_h
     to_base = tmp_out_ptr + seq * stride_to_s + h * stride_to_h
 
-    m_vec = tl.zeros([P_MAX], dtype=tl.float32) - float("inf")
-    for c in range(0, (num_subs + P_MAX - 1) // P_MAX):
-        q = c * P_MAX + tl.arange(0, P_MAX)
-        ml = tl.load(sml_base + q * stride_ss_p, mask=q < num_subs, other=float("-inf"))
-        m_vec = tl.maximum(m_vec, ml)
-    m_all = tl.max(m_vec, 0)
+    m_all = _max_of(sml_base, stride_ss_p, num_subs, P_MAX)
 
     den = tl.zeros([P_CHUNK], dtype=tl.float32)
     acc = tl.zeros([P_CHUNK, D_BLK], dtype=tl.float32)
