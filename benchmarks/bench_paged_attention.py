@@ -7,7 +7,11 @@ rep; K+V of every shape is larger than L2 anyway), effective K+V bytes/s (counte
 once) and % of the measured copy bandwidth.
 
     python benchmarks/bench_paged_attention.py [--sweep] [--variants] [--json out.json]
-        [--no-torch]
+        [--no-torch] [--chain N]
+
+--chain N (default 20) also times N calls captured in one CUDA graph, alternating two
+input sets, per call: the cost inside a decode-step graph, where one graph launch serves
+many ops (a one-call graph charges its whole launch latency to the op).
 
 --variants also times, in the same process, a short list of explicit launch configs per
 shape (tile, warps, stages, early V, split, prefetch, k3d: triton_impl.LaunchConfig) against
@@ -121,6 +125,24 @@ def graph_time(fn):
     with torch.cuda.graph(graph):
         fn()
     return bench(graph.replay) * 1e3
+
+
+def chain_time(fns, n):
+    """Per-call time (us) of n calls captured back to back in one CUDA graph, cycling
+    through fns (each on its own input set, so no call finds the previous call's K/V in
+    L2).  vLLM captures a whole decode step in one graph, so this is the op's cost there:
+    the graph's launch latency is spread over n calls instead of charged to one."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for fn in fns:
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for i in range(n):
+            fns[i % len(fns)]()
+    return bench(graph.replay, warmup=10, rep=100) * 1e3 / n
 
 
 def kernel_times(fn, iters=10):
@@ -240,6 +262,13 @@ def measure(shape, bw, opts):
     out_triton = a["out"].clone()
     row["triton_graph_us"] = graph_time(tri)
     row["triton_kernels_us"] = kernel_times(tri)
+    b = make(shape, seed=1) if opts.chain else None
+    if opts.chain:
+
+        def tri_b():
+            dispatch.paged_attention_v2_with_path(**b, backend="triton")
+
+        row["triton_chain_us"] = chain_time([tri, tri_b], opts.chain)
     if opts.hints_off:
         triton_impl._use_hints = False
         try:
@@ -270,7 +299,17 @@ def measure(shape, bw, opts):
     row["sdpa_err_vs_triton"] = rel(out_triton, sd().squeeze(2))
     row["sdpa_us"] = bench(sd) * 1e3
     row["sdpa_graph_us"] = graph_time(sd)
-    for name in ("triton", "torch", "sdpa", "triton_graph", "sdpa_graph"):
+    if opts.chain:
+        kb, vb = gathered_kv(b, shape)
+        qb = b["query"].unsqueeze(2)
+
+        def sd_b():
+            return sdpa(qb, kb, vb, scale=b["scale"], enable_gqa=True)
+
+        row["sdpa_chain_us"] = chain_time([sd, sd_b], opts.chain)
+    for name in ("triton", "torch", "sdpa", "triton_graph", "sdpa_graph") + (
+        ("triton_chain", "sdpa_chain") if opts.chain else ()
+    ):
         if f"{name}_us" in row:
             t = row[f"{name}_us"]
             row[f"{name}_GBps"] = kv_bytes / (t * 1e-6) / 1e9
@@ -284,6 +323,12 @@ def main():
     ap.add_argument("--no-torch", action="store_true", help="skip the PyTorch path")
     ap.add_argument("--hints-off", action="store_true", help="also time without hints")
     ap.add_argument("--variants", action="store_true", help="time VARIANTS configs per shape")
+    ap.add_argument(
+        "--chain",
+        type=int,
+        default=20,
+        help="also time N calls in one graph, alternating two input sets (0: skip)",
+    )
     ap.add_argument("--json", default=None)
     opts = ap.parse_args()
 
@@ -318,6 +363,15 @@ def main():
             f"{tor_pct:5.1f} {r['sdpa_us']:7.1f} {r['sdpa_pct_copy']:5.1f} "
             f"{r['sdpa_graph_us']:7.1f} {r['sdpa_err_vs_triton']:7.1e}"
         )
+    if opts.chain:
+        print()
+        print(f"chain: {opts.chain} calls in one CUDA graph, two input sets alternating (us/call)")
+        for r in rows:
+            print(
+                f"{str(tuple(r['shape'])):<26} triton {r['triton_chain_us']:7.1f} "
+                f"({r['triton_chain_pct_copy']:5.1f}%)  sdpa {r['sdpa_chain_us']:7.1f} "
+                f"({r['sdpa_chain_pct_copy']:5.1f}%)"
+            )
     if opts.variants:
         print()
         print("variants (graph us; config = tile, warps, stages, early V, split, prefetch, k3d):")
