@@ -8,7 +8,11 @@ own exp-sum, ``exp_sums``, ``max_logits``); a second kernel reduces them into ``
 
 Only Triton 2.1 language features: tl.dot, masked tl.load/tl.store, tl.max/tl.sum,
 tl.exp, tl.where, tl.arange, tl.zeros, constexpr.  fp32 caches use a 3-pass bf16
-split product (hi*hi + hi*lo + lo*hi), so no TF32/precision keyword is needed.
+split product (hi*hi + hi*lo + lo*hi), so no TF32/precision keyword is needed.  One
+exception, chosen at launch: on Triton >= 3.0 K tiles are loaded in memory order and
+permuted (``k3d``; tl.permute/3-D reshape), which keeps each load instruction on whole
+cache lines; older Triton gets the 2-D load and launch tables tuned for it.  Launch
+choices (``LaunchConfig``) and their measurements: docs/kernel-notes.md.
 """
 
 from __future__ import annotations
