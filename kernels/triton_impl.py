@@ -17,6 +17,7 @@ choices (``LaunchConfig``) and their measurements: docs/kernel-notes.md.
 
 from __future__ import annotations
 
+import warnings
 from typing import Dict, NamedTuple, Optional, Sequence
 
 import torch
@@ -601,6 +602,12 @@ _sm_counts: Dict[int, int] = {}
 MAX_GROUP_ROWS = 64
 # tl.permute / 3-D reshape arrived in Triton 3.0; older Triton keeps the 2-D K load.
 HAS_PERMUTE = hasattr(tl, "permute")
+_k3d_state = {"disabled": False}
+
+
+def k3d_enabled() -> bool:
+    """Whether launches use the k3d K load (and the tables tuned for it)."""
+    return HAS_PERMUTE and not _k3d_state["disabled"]
 
 
 def set_config_override(config: Optional[Sequence]) -> None:
@@ -630,7 +637,7 @@ def pick_config(programs: int, d_pad: int, device: Optional[torch.device] = None
         and programs < SPLIT_BELOW_PROGRAMS_PER_SM * _sm_count(device)
     ):
         return SPLIT_CONFIGS[d_pad]
-    if HAS_PERMUTE:
+    if k3d_enabled():
         if programs >= K3D_MANY_PROGRAMS and d_pad <= 128:
             return K3D_MANY_PROGRAMS_CONFIG
         return K3D_CONFIGS.get(d_pad, FALLBACK_CONFIG._replace(k3d=True))
@@ -642,6 +649,52 @@ def pick_config(programs: int, d_pad: int, device: Optional[torch.device] = None
 
 
 def paged_attention_v2_triton(
+    out: torch.Tensor,
+    exp_sums: torch.Tensor,
+    max_logits: torch.Tensor,
+    tmp_out: torch.Tensor,
+    query: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    num_kv_heads: int,
+    scale: float,
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    block_size: int,
+    max_seq_len: int,
+    alibi_slopes: Optional[torch.Tensor] = None,
+) -> None:
+    """vLLM's paged_attention_v2 on CUDA tensors (arguments already normalized).
+
+    On Triton >= 3.0 the k3d kernels go first; if they fail to compile or launch (a vendor
+    Triton that has tl.permute but cannot lower it) the call is retried once with the 2-D K
+    load and the launch tables tuned for it, and if that works k3d stays off for the rest
+    of the process (one warning).  A failure of both is raised (the dispatcher then falls
+    back to the PyTorch path).
+    """
+    args = (out, exp_sums, max_logits, tmp_out, query, key_cache, value_cache, num_kv_heads)
+    args += (scale, block_tables, seq_lens, block_size, max_seq_len, alibi_slopes)
+    if not k3d_enabled():
+        _launch(*args)
+        return
+    try:
+        _launch(*args)
+    except Exception as exc:
+        _k3d_state["disabled"] = True
+        try:
+            _launch(*args)
+        except Exception:
+            _k3d_state["disabled"] = False  # not k3d's fault: leave it on for other calls
+            raise
+        warnings.warn(
+            "vllm-codemod paged_attention_v2: the k3d Triton kernel failed "
+            f"({type(exc).__name__}: {str(exc)[:200]}); using the 2-D K load from now on",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+
+
+def _launch(
     out: torch.Tensor,
     exp_sums: torch.Tensor,
     max_logits: torch.Tensor,
@@ -756,7 +809,7 @@ def paged_attention_v2_triton(
         EARLY_V=bool(early_v),
         STORE_ALL=split > 1,
         PREFETCH=int(prefetch),
-        K_3D=bool(k3d) and HAS_PERMUTE,
+        K_3D=bool(k3d) and k3d_enabled(),
         num_warps=warps,
         num_stages=stages,
     )

@@ -350,3 +350,63 @@ def test_launch_config_tiers(monkeypatch):
     assert triton_impl.pick_config(4095, 128) == mid
     assert triton_impl.pick_config(4096, 128) == many
     assert triton_impl.pick_config(1568, 256) == triton_impl.DEFAULT_CONFIGS[256]
+
+
+class _FakeKernel:
+    """Stands in for a @triton.jit kernel: records each launch's constexprs, or raises."""
+
+    def __init__(self, fail_when):
+        self.fail_when, self.launches = fail_when, []
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            if self.fail_when(kwargs):
+                raise RuntimeError("fake compile error")
+            self.launches.append(kwargs)
+
+        return launch
+
+
+def _k3d_call_args():
+    a = make_inputs([700, 3], 8, 2, 128, 16, torch.bfloat16)
+    keys = (
+        "out exp_sums max_logits tmp_out query key_cache value_cache num_kv_heads scale "
+        "block_tables seq_lens block_size max_seq_len alibi_slopes"
+    ).split()
+    return {k: a[k] for k in keys}
+
+
+def test_k3d_failure_retries_with_2d_load(monkeypatch):
+    """A Triton that has tl.permute but cannot compile the k3d kernel: one warning, the same
+    call completes with the 2-D load, and later calls use the 2-D tables."""
+    pytest.importorskip("triton")
+    from vllm_codemod.kernels import triton_impl
+
+    part = _FakeKernel(lambda kw: kw["K_3D"])
+    reduce = _FakeKernel(lambda kw: False)
+    monkeypatch.setattr(triton_impl, "HAS_PERMUTE", True)
+    monkeypatch.setitem(triton_impl._k3d_state, "disabled", False)
+    monkeypatch.setattr(triton_impl, "_pa_v2_partition_kernel", part)
+    monkeypatch.setattr(triton_impl, "_pa_v2_reduce_kernel", reduce)
+    with pytest.warns(RuntimeWarning, match="k3d Triton kernel failed"):
+        triton_impl.paged_attention_v2_triton(**_k3d_call_args())
+    assert [kw["K_3D"] for kw in part.launches] == [False]
+    assert len(reduce.launches) == 1
+    assert not triton_impl.k3d_enabled()
+    assert triton_impl.pick_config(512, 128) == triton_impl.DEFAULT_CONFIGS[128]
+    triton_impl.paged_attention_v2_triton(**_k3d_call_args())  # no second warning
+    assert [kw["K_3D"] for kw in part.launches] == [False, False]
+
+
+def test_k3d_stays_on_when_both_loads_fail(monkeypatch):
+    """A failure that is not k3d's (the 2-D retry fails too) is raised for the dispatcher
+    to handle, and k3d is not switched off for other calls."""
+    pytest.importorskip("triton")
+    from vllm_codemod.kernels import triton_impl
+
+    monkeypatch.setattr(triton_impl, "HAS_PERMUTE", True)
+    monkeypatch.setitem(triton_impl._k3d_state, "disabled", False)
+    monkeypatch.setattr(triton_impl, "_pa_v2_partition_kernel", _FakeKernel(lambda kw: True))
+    with pytest.raises(RuntimeError, match="fake compile error"):
+        triton_impl.paged_attention_v2_triton(**_k3d_call_args())
+    assert triton_impl.k3d_enabled()
