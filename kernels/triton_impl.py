@@ -18,7 +18,7 @@ choices (``LaunchConfig``) and their measurements: docs/kernel-notes.md.
 from __future__ import annotations
 
 import warnings
-from typing import Dict, NamedTuple, Optional, Sequence
+from typing import Any, Dict, NamedTuple, Optional, Sequence
 
 import torch
 import triton
@@ -648,41 +648,24 @@ def pick_config(programs: int, d_pad: int, device: Optional[torch.device] = None
     return DEFAULT_CONFIGS.get(d_pad, FALLBACK_CONFIG)
 
 
-def paged_attention_v2_triton(
-    out: torch.Tensor,
-    exp_sums: torch.Tensor,
-    max_logits: torch.Tensor,
-    tmp_out: torch.Tensor,
-    query: torch.Tensor,
-    key_cache: torch.Tensor,
-    value_cache: torch.Tensor,
-    num_kv_heads: int,
-    scale: float,
-    block_tables: torch.Tensor,
-    seq_lens: torch.Tensor,
-    block_size: int,
-    max_seq_len: int,
-    alibi_slopes: Optional[torch.Tensor] = None,
-) -> None:
+def paged_attention_v2_triton(*args: Any, **kwargs: Any) -> None:
     """vLLM's paged_attention_v2 on CUDA tensors (arguments already normalized).
 
     On Triton >= 3.0 the k3d kernels go first; if they fail to compile or launch (a vendor
     Triton that has tl.permute but cannot lower it) the call is retried once with the 2-D K
     load and the launch tables tuned for it, and if that works k3d stays off for the rest
     of the process (one warning).  A failure of both is raised (the dispatcher then falls
-    back to the PyTorch path).
+    back to the PyTorch path).  Arguments: those of ``_launch``.
     """
-    args = (out, exp_sums, max_logits, tmp_out, query, key_cache, value_cache, num_kv_heads)
-    args += (scale, block_tables, seq_lens, block_size, max_seq_len, alibi_slopes)
     if not k3d_enabled():
-        _launch(*args)
+        _launch(*args, **kwargs)
         return
     try:
-        _launch(*args)
+        _launch(*args, **kwargs)
     except Exception as exc:
         _k3d_state["disabled"] = True
         try:
-            _launch(*args)
+            _launch(*args, **kwargs)
         except Exception:
             _k3d_state["disabled"] = False  # not k3d's fault: leave it on for other calls
             raise

@@ -41,6 +41,25 @@ def _run_and_check(a, dtype, backend="triton"):
     return err
 
 
+def _check_partition_buffers(a, s):
+    """vLLM's partition-buffer contract for sequence s (fp32 inputs): tmp_out normalized by
+    the partition's own exp-sum, exp_sums and max_logits as the reference computes them."""
+    tmp, sums, maxes = reference_partitions(
+        a["query"],
+        a["key_cache"],
+        a["value_cache"],
+        a["block_tables"],
+        int(a["seq_lens"][s]),
+        s,
+        a["scale"],
+        a["alibi_slopes"],
+    )
+    n = tmp.shape[1]
+    assert rel_err(a["max_logits"][s, :, :n], maxes) < 1e-5
+    assert rel_err(a["exp_sums"][s, :, :n], sums) < 1e-4
+    assert rel_err(a["tmp_out"][s, :, :n], tmp) < 1e-4
+
+
 @pytest.mark.parametrize("head_size", HEAD_SIZES)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_triton_head_sizes_and_dtypes(head_size, dtype):
@@ -65,20 +84,7 @@ def test_triton_partition_buffers_follow_vllm_semantics():
     a = make_inputs([1800, 600], 8, 2, 64, 16, torch.float32, "cuda", alibi=True)
     _run_and_check(a, torch.float32)
     for s in range(2):
-        tmp, sums, maxes = reference_partitions(
-            a["query"],
-            a["key_cache"],
-            a["value_cache"],
-            a["block_tables"],
-            int(a["seq_lens"][s]),
-            s,
-            a["scale"],
-            a["alibi_slopes"],
-        )
-        n = tmp.shape[1]
-        assert rel_err(a["max_logits"][s, :, :n], maxes) < 1e-5
-        assert rel_err(a["exp_sums"][s, :, :n], sums) < 1e-4
-        assert rel_err(a["tmp_out"][s, :, :n], tmp) < 1e-4
+        _check_partition_buffers(a, s)
 
 
 def test_triton_matches_torch_path_on_gpu():
@@ -191,20 +197,7 @@ def test_triton_split_partition_buffers(split, block_size):
     finally:
         triton_impl.set_config_override(None)
     for s in range(3):
-        tmp, sums, maxes = reference_partitions(
-            a["query"],
-            a["key_cache"],
-            a["value_cache"],
-            a["block_tables"],
-            int(a["seq_lens"][s]),
-            s,
-            a["scale"],
-            a["alibi_slopes"],
-        )
-        n = tmp.shape[1]
-        assert rel_err(a["max_logits"][s, :, :n], maxes) < 1e-5
-        assert rel_err(a["exp_sums"][s, :, :n], sums) < 1e-4
-        assert rel_err(a["tmp_out"][s, :, :n], tmp) < 1e-4
+        _check_partition_buffers(a, s)
 
 
 def test_triton_split_by_policy_100k(monkeypatch):
