@@ -48,6 +48,22 @@ def test_wheel_installs_only_namespaced_packages(wheel):
     )
 
 
+def test_wheel_ships_every_module_of_the_checkout(wheel):
+    """A subpackage missing from pyproject's list would still import in a development
+    checkout (the editable install finds it), but not in a Docker image built from the
+    wheel."""
+    names = set(zipfile.ZipFile(wheel).namelist())
+    roots = {"src/vllm_codemod": "vllm_codemod", "transforms": "vllm_codemod/transforms"}
+    roots["kernels"] = "vllm_codemod/kernels"
+    expected = {
+        installed + "/" + path.relative_to(REPO / src).as_posix()
+        for src, installed in roots.items()
+        for path in (REPO / src).rglob("*.py")
+        if "__pycache__" not in path.parts
+    }
+    assert expected - names == set()
+
+
 def test_regular_install_runs_without_the_checkout(wheel, tmp_path):
     target = tmp_path / "site"
     subprocess.run(
@@ -71,6 +87,8 @@ def test_regular_install_runs_without_the_checkout(wheel, tmp_path):
             sys.executable,
             "-c",
             "import vllm_codemod.kernels.signature as s, vllm_codemod.cli as c;"
+            "import vllm_codemod.commands.apply as a;"
+            "assert a.__file__.startswith(s.__file__.split('vllm_codemod')[0]), a.__file__;"
             "print(s.__file__); c.main()",
             "list",
         ],
