@@ -147,7 +147,7 @@ def test_absent_keys_are_not_added_without_add(tmp_path):
     path = write(tmp_path, "model: m\nmax-num-batched-tokens: 16384\n")
     result = run(str(path))
     assert result.exit_code == 0
-    assert "no gpu-memory-utilization anywhere" in result.output
+    assert "no gpu-memory-utilization anywhere" in result.stderr
     assert path.read_text() == "model: m\nmax-num-batched-tokens: 16384\n"
 
 
@@ -205,7 +205,7 @@ def test_template_values_are_left_as_written(tmp_path):
     path = write(tmp_path, text)
     result = run(str(path))
     assert result.exit_code == 0
-    assert "not a literal value" in result.output
+    assert "not a literal value" in result.stderr
     assert path.read_text() == text
 
 
