@@ -148,6 +148,24 @@ def test_triton_tuning_configs(config, head_size):
         triton_impl.set_config_override(None)
 
 
+@pytest.mark.parametrize("junk", [-1, 2**31 - 1])
+@pytest.mark.parametrize("prefetch", [0, 1, 2])
+def test_triton_table_junk_past_the_sequence_is_never_followed(junk, prefetch):
+    """Block-table entries past a sequence's last block can hold anything (vLLM reuses
+    the table's rows); none of them may become a K/V address, with or without the
+    block-id prefetch."""
+    from vllm_codemod.kernels import triton_impl
+
+    a = make_inputs([700, 1, 513, 1600], 8, 2, 128, 16, torch.bfloat16, "cuda", seed=5)
+    for s, n in enumerate(a["seq_lens"].tolist()):
+        a["block_tables"][s, -(-n // 16) :] = junk
+    triton_impl.set_config_override((32, 2, 1, True, 1, prefetch, True))
+    try:
+        _run_and_check(a, torch.bfloat16)
+    finally:
+        triton_impl.set_config_override(None)
+
+
 def test_triton_many_programs_config(monkeypatch):
     from vllm_codemod.kernels import triton_impl
 
