@@ -2,7 +2,7 @@
 
 For every launch the launcher (``paged_attention_v2_triton``) would make for a matrix of
 head sizes, dtypes, alibi, block sizes, GQA groups and the configs ``pick_config`` hands
-out (DEFAULT_CONFIGS, MID/MANY_PROGRAMS_CONFIG, K3D_CONFIGS, SPLIT_CONFIGS), the
+out (DEFAULT_CONFIGS, MID/MANY_PROGRAMS_CONFIG, K3D_CONFIGS, K3D_WIDE_GROUP_*, SPLIT_CONFIGS), the
 launcher runs on CPU tensors with its kernels replaced by recorders; each recorded launch
 (arguments, constexprs, num_warps, num_stages) is then compiled for a CUDA compute
 capability with the installed Triton, through TTIR, TTGIR, LLVM IR, PTX and cubin (the
@@ -74,10 +74,14 @@ def launcher_configs(d_pad: int):
     if d_pad <= 128:
         out.append(("mid", triton_impl.MID_PROGRAMS_CONFIG))
         out.append(("many", triton_impl.MANY_PROGRAMS_CONFIG))
+        out.append(("wide", triton_impl.WIDE_GROUP_CONFIG))
+        out.append(("wide-many", triton_impl.WIDE_GROUP_MANY_CONFIG))
     # Triton >= 3.0 tables (k3d; on older Triton the flag is dropped, prefetch stays).
     out.append(("k3d", triton_impl.K3D_CONFIGS.get(d_pad, triton_impl.FALLBACK_CONFIG)))
     if d_pad <= 128:
         out.append(("k3d-many", triton_impl.K3D_MANY_PROGRAMS_CONFIG))
+        out.append(("k3d-wide", triton_impl.K3D_WIDE_GROUP_CONFIG))
+        out.append(("k3d-wide-many", triton_impl.K3D_WIDE_GROUP_MANY_CONFIG))
     if d_pad in triton_impl.SPLIT_CONFIGS:
         out.append(("split", triton_impl.SPLIT_CONFIGS[d_pad]))
     return out
@@ -100,6 +104,8 @@ def cases(full: bool):
                 for alibi in (False, True):  # rotate the other axes through the matrix
                     bs = BLOCK_SIZES[i % len(BLOCK_SIZES)]
                     grp = GROUPS[(i // 3) % len(GROUPS)]
+                    if "wide" in cname:  # picked only for 64-row groups
+                        grp = (128, 1)
                     hints = (i % 5) != 4
                     i += 1
                     yield hs, dtype, bs, alibi, grp, hints, cname, cfg

@@ -340,6 +340,13 @@ def test_launch_config_tiers(monkeypatch):
     assert triton_impl.pick_config(4095, 128) == triton_impl.K3D_CONFIGS[128]
     assert triton_impl.pick_config(4096, 64) == triton_impl.K3D_MANY_PROGRAMS_CONFIG
     assert triton_impl.pick_config(9000, 256) == triton_impl.K3D_CONFIGS[256]
+    # 64 rows per program (MQA-sized groups), head <= 128: four-warp configs.
+    wide, wide_many = triton_impl.K3D_WIDE_GROUP_CONFIG, triton_impl.K3D_WIDE_GROUP_MANY_CONFIG
+    assert triton_impl.pick_config(196, 128, g_pad=64) == wide
+    assert triton_impl.pick_config(4096, 64, g_pad=64) == wide_many
+    assert triton_impl.pick_config(1024, 128, g_pad=32) == triton_impl.K3D_CONFIGS[128]
+    assert triton_impl.pick_config(1024, 256, g_pad=64) == triton_impl.K3D_CONFIGS[256]
+    assert wide.warps == wide_many.warps == 4
     assert all(c.k3d for c in triton_impl.K3D_CONFIGS.values())
 
     monkeypatch.setattr(triton_impl, "HAS_PERMUTE", False)
@@ -350,6 +357,9 @@ def test_launch_config_tiers(monkeypatch):
     assert triton_impl.pick_config(4095, 128) == mid
     assert triton_impl.pick_config(4096, 128) == many
     assert triton_impl.pick_config(1568, 256) == triton_impl.DEFAULT_CONFIGS[256]
+    assert triton_impl.pick_config(196, 128, g_pad=64) == triton_impl.WIDE_GROUP_CONFIG
+    assert triton_impl.pick_config(1024, 64, g_pad=64) == triton_impl.WIDE_GROUP_MANY_CONFIG
+    assert triton_impl.pick_config(1024, 128, g_pad=32) == mid
 
 
 class _FakeKernel:

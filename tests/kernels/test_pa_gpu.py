@@ -166,6 +166,30 @@ def test_triton_table_junk_past_the_sequence_is_never_followed(junk, prefetch):
         triton_impl.set_config_override(None)
 
 
+@pytest.mark.parametrize(
+    "config",
+    [
+        None,
+        (32, 4, 1, True, 1, 0, True),
+        (32, 4, 1, True, 1, 1, True),
+        (16, 4, 1, True, 1, 0, True),
+        (64, 4, 1, True, 1, 0, True),
+    ],
+)
+@pytest.mark.parametrize("heads", [(32, 1), (48, 1), (71, 1), (128, 2)])
+def test_triton_large_groups(config, heads):
+    """32-71 query heads per kv head (MQA models): 32-64 rows per program, in one or two
+    group chunks."""
+    from vllm_codemod.kernels import triton_impl
+
+    triton_impl.set_config_override(config)
+    try:
+        a = make_inputs([1800, 600, 129], *heads, 128, 16, torch.bfloat16, "cuda", seed=7)
+        _run_and_check(a, torch.bfloat16)
+    finally:
+        triton_impl.set_config_override(None)
+
+
 def test_triton_many_programs_config(monkeypatch):
     from vllm_codemod.kernels import triton_impl
 
@@ -261,6 +285,20 @@ def test_triton_long_sequence_chunked_reduce():
     """Past 256 partitions the reduce loops over chunks by default."""
     a = make_inputs([140_000, 700], 8, 1, 128, 32, torch.float16, "cuda", seed=32)
     _run_and_check(a, torch.float16)
+
+
+@pytest.mark.parametrize("heads", [(48, 1), (128, 2)])
+@pytest.mark.parametrize("many", [False, True])
+def test_triton_pre_triton3_wide_groups(monkeypatch, heads, many):
+    """The 64-row configs older Triton gets (2-D K loads), both program-count tiers (the
+    many-programs tier forced by a zero threshold, to keep the float64 reference small)."""
+    from vllm_codemod.kernels import triton_impl
+
+    monkeypatch.setattr(triton_impl, "HAS_PERMUTE", False)
+    if many:
+        monkeypatch.setattr(triton_impl, "MANY_PROGRAMS", 0)
+    a = make_inputs([20_000, 1, 513], *heads, 128, 16, torch.bfloat16, "cuda", seed=43)
+    _run_and_check(a, torch.bfloat16)
 
 
 @pytest.mark.parametrize("head_size", [64, 128, 256])
