@@ -148,6 +148,10 @@ def test_absent_keys_are_not_added_without_add(tmp_path):
     result = run(str(path))
     assert result.exit_code == 0
     assert "no gpu-memory-utilization anywhere" in result.stderr
+    assert result.stdout.splitlines()[-1] == (
+        f"nothing to do: {path} already matches (max-num-batched-tokens=16384); "
+        "gpu-memory-utilization left as found (see above)"
+    )
     assert path.read_text() == "model: m\nmax-num-batched-tokens: 16384\n"
 
 

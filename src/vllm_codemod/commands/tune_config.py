@@ -118,8 +118,15 @@ def _report(path: Path, result: Plan, targets: Dict[str, Any], dry_run: bool) ->
     if result.changed:
         click.echo(f"updated {len(result.edits)} value(s) in {path}")
     else:
-        wanted = ", ".join(f"{k}={TUNABLE[k].render(v)}" for k, v in targets.items())
-        click.echo(f"nothing to do: {path} already matches ({wanted})")
+        # Only keys found with the wanted value "match"; a missing or templated key is not
+        # a match, and the lines above (stderr) already said why it was left alone.
+        found = {o.key for o in result.unchanged}
+        matched = [f"{k}={TUNABLE[k].render(v)}" for k, v in targets.items() if k in found]
+        left = [k for k in targets if k not in found]
+        parts = [f"already matches ({', '.join(matched)})"] if matched else []
+        if left:
+            parts.append(f"{', '.join(left)} left as found (see above)")
+        click.echo(f"nothing to do: {path} " + "; ".join(parts))
 
 
 @click.command(
