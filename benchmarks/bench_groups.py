@@ -2,12 +2,14 @@
 
 bench_paged_attention.py's shapes all have 4-8 query heads per kv head.  Models with one kv
 head for 32-71 query heads (MQA: StarCoder, Falcon-7B) or large groups give the partition
-kernel 32-64 rows per program, and the default launch configs, tuned at 16 rows, spill
-registers there (ptxas).  This times the default choice against explicit configs at such
-shapes, CUDA-graph timed like bench_paged_attention.py, with the copy bandwidth measured in
-the same run; a config whose output differs from the default's by > 1e-2 is reported NaN.
+kernel 32-64 rows per program, where the launch configs tuned at 16 rows spill registers
+(ptxas); pick_config gives 64-row programs four-warp configs (docs/kernel-notes.md, runs
+v18-v19).  This times the default choice against explicit configs at such shapes,
+CUDA-graph timed like bench_paged_attention.py, with the copy bandwidth measured in the
+same run; a config whose output differs from the default's by > 1e-2 is reported NaN.
+--no-k3d times the tables older Triton gets (2-D K loads) instead.
 
-    python benchmarks/bench_groups.py [--json out.json]
+    python benchmarks/bench_groups.py [--no-k3d] [--json out.json]
 """
 
 from __future__ import annotations
@@ -44,8 +46,8 @@ CONFIGS = [
 ]
 
 
-def measure(shape, bw):
-    """Default config and CONFIGS at one shape: graph us per config."""
+def measure(shape, bw, configs):
+    """The default config and ``configs`` at one shape: graph us per config."""
     seqs, nh, nkv, hs, tokens = shape
     a = bpa.make(shape)
     kv_bytes = 2 * seqs * tokens * nkv * hs * a["key_cache"].element_size()
@@ -60,7 +62,7 @@ def measure(shape, bw):
     g_pad = max(16, min(1 << max(0, (nh // nkv - 1).bit_length()), triton_impl.MAX_GROUP_ROWS))
     default = triton_impl.pick_config(programs, d_pad, torch.device("cuda"), g_pad)
     row = dict(shape=list(shape), default=list(default), default_us=bpa.graph_time(tri))
-    row["variants"] = bpa.run_configs(CONFIGS, tri, a, ref)
+    row["variants"] = bpa.run_configs(configs, tri, a, ref)
     print(f"{shape} default {tuple(default)}: {row['default_us']:.1f} us", flush=True)
     for cfg, t in row["variants"].items():
         if isinstance(t, float) and t == t:
@@ -70,21 +72,21 @@ def measure(shape, bw):
 
 
 def main():
-    global CONFIGS
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default=None)
     ap.add_argument(
         "--no-k3d", action="store_true", help="time the pre-Triton-3 tables (2-D K loads)"
     )
     opts = ap.parse_args()
+    configs = CONFIGS
     if opts.no_k3d:
         triton_impl.HAS_PERMUTE = False
-        CONFIGS = [c[:6] + (False,) for c in CONFIGS] + [(16, 1, 2, True), (16, 1, 1, False)]
+        configs = [c[:6] + (False,) for c in CONFIGS] + [(16, 1, 2, True), (16, 1, 1, False)]
     bw, _ = bpa.copy_bandwidth()
     print(f"copy bandwidth (read+write): {bw / 1e9:.0f} GB/s")
     rows = []
     for shape in SHAPES:
-        rows.append(measure(shape, bw))
+        rows.append(measure(shape, bw, configs))
         torch.cuda.empty_cache()
     if opts.json:
         Path(opts.json).write_text(json.dumps(dict(copy_GBps=bw / 1e9, rows=rows), indent=1))
