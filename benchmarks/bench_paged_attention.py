@@ -238,10 +238,10 @@ def best_of(res):
 
 def _programs(shape):
     seqs, nh, nkv, hs, tokens = shape
-    g_pad = max(16, min(1 << max(0, (nh // nkv - 1).bit_length()), triton_impl.MAX_GROUP_ROWS))
+    g_pad = triton_impl.group_rows(nh // nkv)
     n_gc = -(-(nh // nkv) // g_pad)
     d_pad = max(16, 1 << max(0, (hs - 1).bit_length()))
-    return seqs * nkv * n_gc * math.ceil(tokens / PARTITION_SIZE), d_pad
+    return seqs * nkv * n_gc * math.ceil(tokens / PARTITION_SIZE), d_pad, g_pad
 
 
 def measure(shape, bw, opts):
@@ -276,7 +276,8 @@ def measure(shape, bw, opts):
             row["triton_nohints_us"] = bench(tri) * 1e3
         finally:
             triton_impl._use_hints = True
-    row["default_config"] = list(triton_impl.pick_config(*_programs(shape), a["query"].device))
+    programs, d_pad, g_pad = _programs(shape)
+    row["default_config"] = list(triton_impl.pick_config(programs, d_pad, a["query"].device, g_pad))
     if opts.sweep:
         row["sweep"] = run_configs(SWEEP, tri, a, out_triton)
         row["sweep_best"] = best_of(row["sweep"])

@@ -568,7 +568,6 @@ K3D_MANY_PROGRAMS_CONFIG = LaunchConfig(32, 1, 1, True, prefetch=1, k3d=True)
 # 64 rows per program (33-64+ query heads per kv head: MQA models), head <= 128: four warps
 # spread the [64, D] accumulator; the 1-2 warp configs above spill there (run v18: 3.5x
 # faster at 128 x 16K tokens, 1.3-1.7x at 1024 and 196 programs).
-K3D_WIDE_GROUP_ROWS = 64
 K3D_WIDE_GROUP_CONFIG = LaunchConfig(64, 4, 1, True, k3d=True)
 K3D_WIDE_GROUP_MANY_CONFIG = LaunchConfig(32, 4, 1, True, prefetch=1, k3d=True)
 #
@@ -590,7 +589,8 @@ MANY_PROGRAMS_CONFIG = LaunchConfig(16, 1, 2, True)
 MID_PROGRAMS_LIMIT = 4096
 MID_PROGRAMS_CONFIG = LaunchConfig(16, 1, 1, False)
 # 64 rows per program, head <= 128: four warps (run v19, 2-D loads on an H200: 2.1-2.3x
-# faster than the configs above at 1024 and 4096 programs, 2x at 196).
+# faster than the configs above at 1024 and 4096 programs, 2x at 196).  The same row count
+# switches the k3d table to K3D_WIDE_GROUP_*.
 WIDE_GROUP_ROWS = 64
 WIDE_GROUP_CONFIG = LaunchConfig(64, 4, 1, True)
 WIDE_GROUP_MANY_CONFIG = LaunchConfig(32, 4, 1, True)
@@ -636,6 +636,13 @@ def _sm_count(device: torch.device) -> int:
     return n
 
 
+def group_rows(queries_per_kv: int) -> int:
+    """Rows of one partition program: its kv head's query heads, padded to a power of two
+    >= 16 (``tl.dot``'s minimum) and capped at MAX_GROUP_ROWS (larger groups take several
+    programs)."""
+    return max(16, min(_next_pow2(queries_per_kv), MAX_GROUP_ROWS))
+
+
 def pick_config(
     programs: int, d_pad: int, device: Optional[torch.device] = None, g_pad: int = 16
 ) -> LaunchConfig:
@@ -652,10 +659,9 @@ def pick_config(
     ):
         return SPLIT_CONFIGS[d_pad]
     if k3d_enabled():
-        if g_pad >= K3D_WIDE_GROUP_ROWS and d_pad <= 128:
-            if programs >= K3D_MANY_PROGRAMS:
-                return K3D_WIDE_GROUP_MANY_CONFIG
-            return K3D_WIDE_GROUP_CONFIG
+        if g_pad >= WIDE_GROUP_ROWS and d_pad <= 128:
+            many = programs >= K3D_MANY_PROGRAMS
+            return K3D_WIDE_GROUP_MANY_CONFIG if many else K3D_WIDE_GROUP_CONFIG
         if programs >= K3D_MANY_PROGRAMS and d_pad <= 128:
             return K3D_MANY_PROGRAMS_CONFIG
         return K3D_CONFIGS.get(d_pad, FALLBACK_CONFIG._replace(k3d=True))
@@ -715,7 +721,7 @@ def _launch(
 ) -> None:
     num_seqs, num_heads, head_size = query.shape
     qpk = num_heads // num_kv_heads
-    g_pad = max(16, min(_next_pow2(qpk), MAX_GROUP_ROWS))
+    g_pad = group_rows(qpk)
     n_gc = (qpk + g_pad - 1) // g_pad
     d_pad = max(16, _next_pow2(head_size))
     x = key_cache.shape[4]

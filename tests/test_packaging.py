@@ -53,8 +53,11 @@ def test_wheel_ships_every_module_of_the_checkout(wheel):
     checkout (the editable install finds it), but not in a Docker image built from the
     wheel."""
     names = set(zipfile.ZipFile(wheel).namelist())
-    roots = {"src/vllm_codemod": "vllm_codemod", "transforms": "vllm_codemod/transforms"}
-    roots["kernels"] = "vllm_codemod/kernels"
+    roots = {
+        "src/vllm_codemod": "vllm_codemod",
+        "transforms": "vllm_codemod/transforms",
+        "kernels": "vllm_codemod/kernels",
+    }
     expected = {
         installed + "/" + path.relative_to(REPO / src).as_posix()
         for src, installed in roots.items()
