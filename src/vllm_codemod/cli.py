@@ -25,6 +25,12 @@ COMMANDS: Dict[str, Tuple[str, str, str]] = {
         "check",
         "Report each transform as applied/pending/not-applicable/conflict.",
     ),
+    "status": (
+        "status",
+        "status",
+        "The tree, version, fork markers, transforms, recorded options, and whether "
+        "anything calls the patched code.",
+    ),
     "revert": ("revert", "revert", "Restore the original bytes of everything the tool changed."),
     "list": ("list_cmd", "list_cmd", "List the transforms and the vLLM versions they know."),
     "verify": (

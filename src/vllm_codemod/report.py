@@ -56,6 +56,10 @@ class Report:
     def warn(self, text: str) -> None:
         self.lines.append(Line(text, NORMAL, err=True))
 
+    def error(self, text: str) -> None:
+        """A line that shows even under -q (stderr): why the exit status is not 0."""
+        self.lines.append(Line(text, ERROR, err=True))
+
     def to_json(self) -> Dict[str, Any]:
         document: Dict[str, Any] = {
             "schema_version": SCHEMA_VERSION,
