@@ -67,6 +67,9 @@ class Report:
             "tool_version": __version__,
             "exit_code": self.exit_code,
         }
+        clash = set(document) & set(self.data)
+        if clash:
+            raise ValueError(f"{self.command} report data redefines {sorted(clash)}")
         document.update(self.data)
         return document
 

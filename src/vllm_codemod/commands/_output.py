@@ -163,5 +163,8 @@ def _fail_as_json(command: str, exc: BaseException) -> None:
     code, message = classify(exc)
     if message is not None:
         say(message)
-    click.echo(dumps(error_document(command, code, message or type(exc).__name__)))
+    text = message or type(exc).__name__
+    if text.startswith("error: "):
+        text = text[len("error: ") :]
+    click.echo(dumps(error_document(command, code, text)))
     raise click.exceptions.Exit(code)

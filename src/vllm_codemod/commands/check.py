@@ -81,7 +81,7 @@ def check(
             "option_changes": [c.to_dict() for c in plan.option_changes],
             "recorded_options": dict(status.recorded_options),
             "patched": status.patched,
-            "tool_version": status.tool_version,
+            "patched_tool_version": status.tool_version,
             "patched_at": status.patched_at,
             "record": status.record,
         }

@@ -94,7 +94,7 @@ def status(site_packages: Any, vllm_root: Any, python: Any, force: bool) -> Repo
             "transforms": rows,
             "pending": plan.pending,
             "patched": state.patched,
-            "tool_version": state.tool_version,
+            "patched_tool_version": state.tool_version,
             "patched_at": state.patched_at,
             "recorded_options": dict(state.recorded_options),
             "record": state.record,
