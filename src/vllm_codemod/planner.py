@@ -21,6 +21,7 @@ from .discovery import VllmTree
 from .errors import CodemodError, RefusalError
 from .excerpt import make_excerpt
 from .fsutil import sha256_bytes
+from .parse_errors import parse_error_position
 from .textcodec import TextForm, decode
 
 
@@ -86,6 +87,23 @@ def _read_target(tree: VllmTree, rel: str, transform: Transform) -> bytes:
         raise CodemodError(f"{path}: cannot read it ({exc.strerror})") from None
 
 
+def _refuse_missing_targets(tree: VllmTree, transforms: Sequence[Transform]) -> None:
+    """Name every missing target in one error: one run shows the whole repair."""
+    missing = [
+        (transform, tree.path(f"{tree.rel(tree.root)}/{transform.target}"))
+        for transform in transforms
+    ]
+    missing = [(transform, path) for transform, path in missing if not path.exists()]
+    if len(missing) < 2:
+        return  # one (or none): _read_target says it, with the same advice
+    listed = ", ".join(f"{path} ({transform.name})" for transform, path in missing)
+    skips = " ".join(f"--skip {transform.name}" for transform, _ in missing)
+    raise CodemodError(
+        f"{len(missing)} target files missing: {listed}; this tree is not a complete vLLM "
+        f"install (pass {skips} to leave them out)"
+    )
+
+
 def _decode(path: Path, data: bytes) -> Tuple[str, TextForm]:
     try:
         return decode(data)
@@ -100,9 +118,9 @@ def _parse(path: Path, text: str, transform: Transform) -> cst.Module:
     try:
         return cst.parse_module(text)
     except cst.ParserSyntaxError as exc:
+        line, column, what = parse_error_position(text, exc)
         raise CodemodError(
-            f"{path}:{exc.raw_line}:{exc.raw_column}: cannot parse this file "
-            f"({exc.message.splitlines()[0] if exc.message else 'syntax error'}); "
+            f"{path}:{line}:{column}: cannot parse this file ({what}); "
             f"repair it or pass --skip {transform.name}"
         ) from None
 
@@ -171,6 +189,7 @@ def build_change_set(
     wanted_files: Dict[str, bytes] = {}
     wanted_by: Dict[str, str] = {}
 
+    _refuse_missing_targets(tree, transforms)
     for transform in transforms:
         rel = f"{tree.rel(tree.root)}/{transform.target}"
         path = tree.path(rel)
