@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from treeutil import copy_fixture, snapshot
+from treeutil import cli_runner, copy_fixture, snapshot
 from vllm_codemod.cli import cli
 from vllm_codemod.transforms.prefix_prefill_warps import PrefixPrefillWarps
 
@@ -121,7 +121,7 @@ def test_3_under_json_is_still_one_document(fork, monkeypatch, tmp_path):
         raise RuntimeError("planted")
 
     monkeypatch.setattr(PrefixPrefillWarps, "plan", bug)
-    result = CliRunner().invoke(
+    result = cli_runner().invoke(
         cli,
         ["check", "--site-packages", str(fork), "--json"],
         env={"VLLM_CODEMOD_CRASH_DIR": str(tmp_path)},

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from treeutil import copy_fixture
+from treeutil import cli_runner, copy_fixture
 from vllm_codemod.cli import COMMANDS, cli
 from vllm_codemod.report import SCHEMA_FILE, load_schema
 
@@ -19,7 +19,7 @@ FORK = "bi-v100/corex-0.8.3"
 
 
 def document(*args: str, code=None) -> dict:
-    result = CliRunner().invoke(cli, [*args, "--json"], catch_exceptions=False)
+    result = cli_runner().invoke(cli, [*args, "--json"], catch_exceptions=False)
     if code is not None:
         assert result.exit_code == code, result.output
     payload = json.loads(result.stdout)  # the whole of stdout is one document
