@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable, Iterator, List, Optional, Tuple
 
-from .errors import CodemodError, EnvironmentProblem
+from .errors import CodemodError, EnvironmentProblem, NotARegularFile
 
 #: every temp file we create is ``.<name>.vllm-codemod-<pid>.tmp`` beside its target
 TEMP_MARK = ".vllm-codemod-"
@@ -208,13 +208,6 @@ def read_regular_file(path: Path) -> bytes:
         return b"".join(chunks)
     finally:
         os.close(fd)
-
-
-class NotARegularFile(CodemodError):
-    def __init__(self, path: Path, kind: str) -> None:
-        self.path = path
-        self.kind = kind
-        super().__init__(f"{path}: is a {kind}, not a regular file; pass the file itself")
 
 
 def _kind(mode: int) -> str:
