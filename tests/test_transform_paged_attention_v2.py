@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import libcst as cst
 import pytest
+from packaging.version import Version
 
 from vllm_codemod.transforms import get_transform
 from vllm_codemod.transforms import paged_attention_v2 as pav
@@ -15,12 +17,8 @@ from vllm_codemod.transforms.base import Status, TransformContext
 T = get_transform("paged-attention-v2")
 CTX = TransformContext(vllm_root=Path("/nonexistent/vllm"), version=None)
 
-ACCEPTED = (
-    "out exp_sums exp_sum max_logits tmp_out query key_cache value_cache num_kv_heads scale "
-    "block_tables seq_lens context_lens block_size max_seq_len max_context_len alibi_slopes "
-    "kv_cache_dtype k_scale v_scale kv_scale tp_rank blocksparse_local_blocks "
-    "blocksparse_vert_stride blocksparse_block_size blocksparse_head_sliding_step"
-).split()
+#: the kernel package's signature.py (stdlib only), copied into the stand-in package
+SIGNATURE_PY = (Path(__file__).resolve().parent.parent / "kernels" / "signature.py").read_text()
 
 
 @pytest.fixture(autouse=True)
@@ -29,7 +27,7 @@ def fake_kernels(tmp_path, monkeypatch):
     pkg = tmp_path / "kernels"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("raise RuntimeError('the tool must not import me')\n")
-    (pkg / "signature.py").write_text(f"ACCEPTED_PARAMETERS = frozenset({ACCEPTED!r})\n")
+    (pkg / "signature.py").write_text(SIGNATURE_PY)
     (pkg / "paged_attention.py").write_text("# kernel\n")
     (pkg / "notes.txt").write_text("not shipped\n")
     monkeypatch.setattr(pav, "kernel_package_dir", lambda: pkg)
@@ -104,8 +102,9 @@ def source(body: str, sig: str = SIG_07) -> str:
     return f"{HEAD}def paged_attention_v2(\n{sig}) -> None:\n{textwrap.indent(body, '    ')}{TAIL}"
 
 
-def plan(code: str):
-    return T.plan(cst.parse_module(code), CTX)
+def plan(code: str, version=None):
+    context = CTX if version is None else replace(CTX, version=Version(version))
+    return T.plan(cst.parse_module(code), context)
 
 
 def params(sig: str):
@@ -270,19 +269,92 @@ def test_function_nested_in_a_class_is_not_the_module_level_one():
 
 
 @pytest.mark.parametrize(
-    "sig, needle",
+    "sig, version, needle",
     [
-        ("*args, **kwargs", "*args"),
-        ("out, **kwargs", "**kwargs"),
-        ("out, query, /, scale", "positional-only"),
-        ("out, query, sinks=None", "'sinks'"),
+        ("*args, **kwargs", None, "the vLLM version is unknown"),
+        ("out, query, /, scale", None, "the vLLM version is unknown"),
+        ("query, *args", "0.8.3", "'query' is at position 0, where vLLM 0.8.3 passes 'out'"),
+        ("out, exp_sum, query, *args", "0.6.3", "'query' is at position 2"),
+        ("*args, tp_rank=0, **kwargs", "0.8.3", "keyword-only parameters after *args"),
+        ("out, query, sinks=None", None, "'sinks'"),
+        ("out, *args, sinks=None", "0.8.3", "'sinks'"),
+        (", ".join(f"p{i}" for i in range(23)), None, "'p0'"),
     ],
 )
-def test_unforwardable_signatures_conflict(sig, needle):
+def test_unforwardable_signatures_conflict(sig, version, needle):
     code = f"def paged_attention_v2({sig}) -> None:\n    raise NotImplementedError\n"
-    result = plan(code)
+    result = plan(code, version)
     assert result.status is Status.CONFLICT
     assert needle in result.reason
+    assert result.module is None
+
+
+def test_more_positional_parameters_than_vllm_passes_conflict():
+    names = [n.replace("exp_sum", "exp_sums") for n in params(SIG_07)]  # all 22 positions
+    code = f"def paged_attention_v2({', '.join(names)}, /, *args):\n    raise NotImplementedError\n"
+    assert plan(code, "0.8.3").status is Status.PENDING
+    longer = code.replace(", /", ", kv_scale, /")
+    result = plan(longer, "0.8.3")
+    assert result.status is Status.CONFLICT
+    assert "23 positional parameters; vLLM 0.8.3 passes at most 22" in result.reason
+
+
+def _call_lines(new_code: str):
+    """The argument lines of the generated kernel call."""
+    body = new_code.split("_codemod_paged_attention_v2(\n", 1)[1].split("    )\n", 1)[0]
+    return [line.strip() for line in body.splitlines()]
+
+
+VARARGS = {
+    # signature, version -> the call's arguments
+    ("*args, **kwargs", "0.6.3.post1+corex.4.1.3"): ["*args,", "**kwargs,"],
+    ("*args", "0.8.3"): ["*args,"],
+    ("out, exp_sum, *args, **kwargs", "0.11.0"): ["out,", "exp_sum,", "*args,", "**kwargs,"],
+    ("out, exp_sums, /, max_logits", "0.8.3"): ["out,", "exp_sums,", "max_logits,"],
+    ("*args, **kwargs", "0.4.3"): ["*args[:16],", "*args[15:16],", "*args[16:],", "**kwargs,"],
+    ("out, exp_sum, *a, **kw", "0.5.2"): [
+        *("out,", "exp_sum,"),
+        *("*a[:14],", "*a[13:14],", "*a[14:],", "**kw,"),
+    ],
+    ("out, **kwargs", "0.8.3"): ["out=out,", "**kwargs,"],
+}
+
+
+@pytest.mark.parametrize("sig, version", sorted(VARARGS))
+def test_varargs_stubs_forward_in_the_versions_positional_order(sig, version):
+    code = HEAD + f"def paged_attention_v2({sig}) -> None:\n    raise NotImplementedError\n" + TAIL
+    result = plan(code, version)
+    assert result.status is Status.PENDING, result.reason
+    new = result.module.code
+    compile(new, "x", "exec")
+    assert _call_lines(new) == VARARGS[(sig, version)]
+    marker = next(line for line in new.splitlines() if "paged-attention-v2:" in line)
+    if "=" not in VARARGS[(sig, version)][0]:
+        assert "forwarded in vLLM's positional order" in marker
+    if version.startswith(("0.4", "0.5.2")):
+        assert "kv_scale passed as k_scale and v_scale" in marker
+    again = plan(new, version)
+    assert again.status is Status.APPLIED, again.reason
+    assert again.module is None
+
+
+def test_patched_varargs_body_is_regenerated_when_the_version_contract_changes():
+    code = HEAD + "def paged_attention_v2(*args, **kwargs):\n    raise NotImplementedError\n"
+    old = plan(code, "0.4.3").module.code
+    result = plan(old, "0.8.3")  # the fork was upgraded under our edit
+    assert result.status is Status.PENDING
+    assert _call_lines(result.module.code) == ["*args,", "**kwargs,"]
+
+
+def test_reformatted_call_still_counts_as_applied():
+    new = plan(source("raise NotImplementedError\n"), "0.8.3").module.code
+    call = new[new.index("    _codemod_paged_attention_v2(") : new.index("    )\n") + 6]
+    one_line = (
+        "    _codemod_paged_attention_v2("
+        + ", ".join(line.strip().rstrip(",") for line in call.splitlines()[1:-1])
+        + ")  # reformatted by the fork\n"
+    )
+    assert plan(new.replace(call, one_line), "0.8.3").status is Status.APPLIED
 
 
 def test_signature_change_after_patching_regenerates_the_call():
@@ -326,3 +398,58 @@ def test_real_kernel_package_signature_is_importable_without_torch():
         "assert 'torch' not in sys.modules or sys.modules['torch'] is None\n"
     )
     subprocess.run([sys.executable, "-c", probe], check=True)
+
+
+FIXTURES = Path(__file__).resolve().parent.parent / "vendor_fixtures" / "upstream"
+
+
+def _upstream_signature(version: str):
+    """(positional parameter names, number without defaults) of upstream's function."""
+    import ast
+
+    tree = ast.parse((FIXTURES / f"vllm-{version}" / "vllm" / "_custom_ops.py").read_text())
+    func = next(n for n in tree.body if getattr(n, "name", "") == "paged_attention_v2")
+    names = [a.arg for a in func.args.args]
+    return names, len(names) - len(func.args.defaults)
+
+
+@pytest.mark.parametrize("version", ["0.4.3", "0.6.3.post1", "0.8.3"])
+@pytest.mark.parametrize("sig", ["*args, **kwargs", "out, exp_sum, max_logits, *rest, **kw"])
+def test_forwarded_call_binds_like_upstreams_signature(version, sig, monkeypatch):
+    """Run the patched stub as vLLM's callers do (all positional, or required ones
+    positional and the rest by keyword) and compare what the real entry point binds with
+    what upstream's named signature would have received."""
+    pytest.importorskip("torch")
+    import sys
+    import types
+
+    from vllm_codemod.kernels.dispatch import _normalize
+
+    code = HEAD + f"def paged_attention_v2({sig}) -> None:\n    raise NotImplementedError\n" + TAIL
+    new = plan(code, version).module.code
+    seen = []
+    fake = types.ModuleType("vllm._codemod_kernels")
+    fake.paged_attention_v2 = lambda *a, **k: seen.append(_normalize(a, dict(k)))
+    monkeypatch.setitem(sys.modules, "vllm", types.ModuleType("vllm"))
+    monkeypatch.setitem(sys.modules, "vllm._codemod_kernels", fake)
+    namespace = {"init_logger": lambda name: None}
+    exec(compile(new, "patched", "exec"), namespace)
+
+    names, required = _upstream_signature(version)
+
+    def expected(passed):
+        bound = {}
+        for name, value in passed.items():
+            if name == "kv_scale":
+                bound["k_scale"] = bound["v_scale"] = value
+            else:
+                bound[{"exp_sum": "exp_sums"}.get(name, name)] = value
+        return bound
+
+    everything = {name: f"<{name}>" for name in names}
+    namespace["paged_attention_v2"](*everything.values())
+    assert seen.pop() == expected(everything)
+    head = dict(list(everything.items())[:required])
+    tail = {"tp_rank": "<tp>", "blocksparse_vert_stride": "<vs>"}
+    namespace["paged_attention_v2"](*head.values(), **tail)
+    assert seen.pop() == expected({**head, **tail})
