@@ -273,3 +273,42 @@ def test_device_code_is_not_searched_for_launches():
     assert result.status is Status.PENDING, result.reason
     assert "\nNUM_WARPS = 4\n" in result.module.code
     assert "helper[grid](Q, num_warps=NUM_WARPS)" in result.module.code
+
+
+def _context(**fields):
+    return TransformContext(vllm_root=Path("/nonexistent/vllm"), version=None, **fields)
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_upstream_tree_is_left_as_shipped(shape):
+    result = T.plan(cst.parse_module(SHAPES[shape]), _context(fork_markers=()))
+    assert result.status is Status.NOT_APPLICABLE
+    assert result.reason.startswith("upstream tree (no fork markers found): `")
+    assert result.reason.endswith("` left as is; use --only prefix-prefill-warps to force")
+    assert result.module is None
+    assert result.details["num_warps"] in result.reason  # what stays, shown to the user
+
+
+def test_upstream_tree_is_patched_when_named_with_only():
+    context = _context(fork_markers=(), explicitly_selected=frozenset({T.name}))
+    forced = T.plan(cst.parse_module(V073), context)
+    assert forced.status is Status.PENDING
+    assert "\nNUM_WARPS = 4\n" in forced.module.code
+    again = T.plan(cst.parse_module(forced.module.code), context)
+    assert again.status is Status.APPLIED
+    other = _context(fork_markers=(), explicitly_selected=frozenset({"v2-dispatch"}))
+    assert T.plan(cst.parse_module(V073), other).status is Status.NOT_APPLICABLE
+
+
+@pytest.mark.parametrize(
+    "markers", [None, ("_custom_ops.py:71: paged_attention_v2 raises NotImplementedError",)]
+)
+def test_fork_or_unknown_tree_is_patched(markers):
+    assert T.plan(cst.parse_module(V073), _context(fork_markers=markers)).status is (Status.PENDING)
+
+
+def test_unknown_shape_on_upstream_tree_is_not_a_conflict():
+    code = module_level('NUM_WARPS = int(os.environ.get("WARPS", "8"))')
+    assert T.plan(cst.parse_module(code), _context()).status is Status.CONFLICT
+    result = T.plan(cst.parse_module(code), _context(fork_markers=()))
+    assert result.status is Status.NOT_APPLICABLE

@@ -101,6 +101,7 @@ def user_errors(func: Callable[..., Any]) -> Callable[..., Any]:
 class Selection:
     transforms: List[Any]
     options: Dict[str, Any]
+    only: Tuple[str, ...] = ()  # named with --only: fork remedies run even upstream
 
 
 def select_transforms(
@@ -129,7 +130,7 @@ def select_transforms(
             if opt.minimum is not None and value < opt.minimum:
                 raise CodemodError(f"{opt.flag} {value}: must be at least {opt.minimum}")
             options[opt.name] = value
-    return Selection(chosen, options)
+    return Selection(chosen, options, tuple(only))
 
 
 @dataclass
@@ -191,6 +192,7 @@ def plan_changes(session: Session, selection: Selection, finish_interrupted: boo
         selection.options,
         previously_added,
         registry=_all_transforms(),
+        explicit=selection.only,
     )
 
 
