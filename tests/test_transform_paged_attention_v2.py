@@ -10,6 +10,7 @@ import libcst as cst
 import pytest
 from packaging.version import Version
 
+from codemod_helpers import assert_codemod, assert_refused
 from vllm_codemod.transforms import get_transform
 from vllm_codemod.transforms import paged_attention_v2 as pav
 from vllm_codemod.transforms.base import Status, TransformContext
@@ -176,30 +177,43 @@ def test_call_passes_every_parameter_of_the_signature_in_order():
     assert all(a.value.value == a.keyword.value for a in call.args)
 
 
+IMPORT = "from vllm._codemod_kernels import paged_attention_v2 as _codemod_paged_attention_v2"
+MARKER = (
+    "# vllm-codemod: paged-attention-v2: NotImplementedError stub -> bundled split-KV V2 "
+    "kernel (vllm/_codemod_kernels)"
+)
+
+
 def test_one_line_stub():
-    code = HEAD + "def paged_attention_v2(out, query, scale): raise NotImplementedError\n"
-    result = plan(code)
-    assert result.status is Status.PENDING
-    new = result.module.code
-    compile(new, "x", "exec")
-    assert "_codemod_paged_attention_v2(\n        out=out,\n        query=query,\n" in new
-    assert plan(new).status is Status.APPLIED
+    assert_codemod(
+        T,
+        "def paged_attention_v2(out, query, scale): raise NotImplementedError\n",
+        f"""\
+        def paged_attention_v2(out, query, scale):
+            {MARKER}
+            {IMPORT}
+            _codemod_paged_attention_v2(
+                out=out,
+                query=query,
+                scale=scale,
+            )
+        """,
+    )
 
 
 def test_keyword_only_parameters_are_forwarded():
-    code = (
-        HEAD + "def paged_attention_v2(out, *, query, scale=1.0):\n    raise NotImplementedError\n"
-    )
-    result = plan(code)
-    assert result.status is Status.PENDING
-    assert "query=query," in result.module.code
+    code = "def paged_attention_v2(out, *, query, scale=1.0):\n    raise NotImplementedError\n"
+    new = assert_codemod(T, code, plan(code).module.code).module.code
+    assert "        query=query,\n        scale=scale,\n" in new
 
 
 def test_tab_indented_module_keeps_its_indentation():
-    code = "def paged_attention_v2(out, query):\n\traise NotImplementedError\n"
-    new = plan(code).module.code
-    compile(new, "x", "exec")
-    assert "\t_codemod_paged_attention_v2(\n\t\tout=out,\n\t\tquery=query,\n\t)\n" in new
+    assert_codemod(
+        T,
+        "def paged_attention_v2(out, query):\n\traise NotImplementedError\n",
+        f"def paged_attention_v2(out, query):\n\t{MARKER}\n\t{IMPORT}\n"
+        "\t_codemod_paged_attention_v2(\n\t\tout=out,\n\t\tquery=query,\n\t)\n",
+    )
 
 
 def test_added_files_are_the_kernel_package_py_files(fake_kernels):
@@ -252,20 +266,16 @@ def test_real_body_with_a_conditional_raise_is_not_a_stub():
     ],
 )
 def test_unknown_bodies_conflict(body):
-    result = plan(source(body))
-    assert result.status is Status.CONFLICT
-    assert "neither a NotImplementedError stub" in result.reason
+    assert_refused(T, source(body), "neither a NotImplementedError stub")
 
 
 def test_missing_function_conflicts():
-    result = plan(HEAD + TAIL)
-    assert result.status is Status.CONFLICT
-    assert "no module-level `def paged_attention_v2`" in result.reason
+    assert_refused(T, HEAD + TAIL, "no module-level `def paged_attention_v2`")
 
 
 def test_function_nested_in_a_class_is_not_the_module_level_one():
     code = "class Ops:\n    def paged_attention_v2(self, out):\n        raise NotImplementedError\n"
-    assert plan(code).status is Status.CONFLICT
+    assert_refused(T, code)
 
 
 @pytest.mark.parametrize(
@@ -283,10 +293,7 @@ def test_function_nested_in_a_class_is_not_the_module_level_one():
 )
 def test_unforwardable_signatures_conflict(sig, version, needle):
     code = f"def paged_attention_v2({sig}) -> None:\n    raise NotImplementedError\n"
-    result = plan(code, version)
-    assert result.status is Status.CONFLICT
-    assert needle in result.reason
-    assert result.module is None
+    assert_refused(T, code, needle, version=version)
 
 
 def test_more_positional_parameters_than_vllm_passes_conflict():
@@ -305,37 +312,45 @@ def _call_lines(new_code: str):
     return [line.strip() for line in body.splitlines()]
 
 
+POSITIONAL = "forwarded in vLLM's positional order"
+KV_SCALE = "< 0.5.3: kv_scale passed as k_scale and v_scale)"
 VARARGS = {
-    # signature, version -> the call's arguments
-    ("*args, **kwargs", "0.6.3.post1+corex.4.1.3"): ["*args,", "**kwargs,"],
-    ("*args", "0.8.3"): ["*args,"],
-    ("out, exp_sum, *args, **kwargs", "0.11.0"): ["out,", "exp_sum,", "*args,", "**kwargs,"],
-    ("out, exp_sums, /, max_logits", "0.8.3"): ["out,", "exp_sums,", "max_logits,"],
-    ("*args, **kwargs", "0.4.3"): ["*args[:16],", "*args[15:16],", "*args[16:],", "**kwargs,"],
-    ("out, exp_sum, *a, **kw", "0.5.2"): [
-        *("out,", "exp_sum,"),
-        *("*a[:14],", "*a[13:14],", "*a[14:],", "**kw,"),
-    ],
-    ("out, **kwargs", "0.8.3"): ["out=out,", "**kwargs,"],
+    # (signature, version): (the call's arguments, what the marker adds)
+    ("*args, **kwargs", "0.6.3.post1+corex.4.1.3"): (
+        ["*args,", "**kwargs,"],
+        f"; *args {POSITIONAL}",
+    ),
+    ("*args", "0.8.3"): (["*args,"], f"; *args {POSITIONAL}"),
+    ("out, exp_sum, *args, **kwargs", "0.11.0"): (
+        ["out,", "exp_sum,", "*args,", "**kwargs,"],
+        f"; *args {POSITIONAL}",
+    ),
+    ("out, exp_sums, /, max_logits", "0.8.3"): (
+        ["out,", "exp_sums,", "max_logits,"],
+        f"; positional-only parameters (out, exp_sums) {POSITIONAL}",
+    ),
+    ("*args, **kwargs", "0.4.3"): (
+        ["*args[:16],", "*args[15:16],", "*args[16:],", "**kwargs,"],
+        f"; *args {POSITIONAL} (vLLM 0.4.3 {KV_SCALE}",
+    ),
+    ("out, exp_sum, *a, **kw", "0.5.2"): (
+        ["out,", "exp_sum,", "*a[:14],", "*a[13:14],", "*a[14:],", "**kw,"],
+        f"; *a {POSITIONAL} (vLLM 0.5.2 {KV_SCALE}",
+    ),
+    ("out, **kwargs", "0.8.3"): (["out=out,", "**kwargs,"], ""),
 }
 
 
 @pytest.mark.parametrize("sig, version", sorted(VARARGS))
 def test_varargs_stubs_forward_in_the_versions_positional_order(sig, version):
-    code = HEAD + f"def paged_attention_v2({sig}) -> None:\n    raise NotImplementedError\n" + TAIL
-    result = plan(code, version)
-    assert result.status is Status.PENDING, result.reason
-    new = result.module.code
-    compile(new, "x", "exec")
-    assert _call_lines(new) == VARARGS[(sig, version)]
-    marker = next(line for line in new.splitlines() if "paged-attention-v2:" in line)
-    if "=" not in VARARGS[(sig, version)][0]:
-        assert "forwarded in vLLM's positional order" in marker
-    if version.startswith(("0.4", "0.5.2")):
-        assert "kv_scale passed as k_scale and v_scale" in marker
-    again = plan(new, version)
-    assert again.status is Status.APPLIED, again.reason
-    assert again.module is None
+    code = f"def paged_attention_v2({sig}) -> None:\n    raise NotImplementedError\n"
+    arguments, how = VARARGS[(sig, version)]
+    call = "".join(f"        {argument}\n" for argument in arguments)
+    after = (
+        f"def paged_attention_v2({sig}) -> None:\n    {MARKER}{how}\n    {IMPORT}\n"
+        f"    _codemod_paged_attention_v2(\n{call}    )\n"
+    )
+    assert_codemod(T, code, after, version=version)
 
 
 def test_patched_varargs_body_is_regenerated_when_the_version_contract_changes():

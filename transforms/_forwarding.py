@@ -101,9 +101,8 @@ def plan_forwarding(
         )
 
     # Positional: the stub's positions are vLLM's positions, whatever it calls them.
-    why = (
-        f"*{star}" if star is not None else f"positional-only parameters ({', '.join(positional)})"
-    )
+    posonly = ", ".join(p.name.value for p in params.posonly_params)
+    why = f"*{star}" if star is not None else f"positional-only parameters ({posonly})"
     if version is None:
         raise Unforwardable(
             f"it takes {why}, which carry vLLM's positional arguments, and the vLLM version "
