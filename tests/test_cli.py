@@ -100,15 +100,20 @@ def test_diff_is_exactly_what_apply_writes(fork, tmp_path):
         assert patched_files[rel] == data, rel
 
 
-def test_upstream_tree_only_needs_the_warps_retune(tmp_path):
+def test_upstream_tree_needs_nothing_unless_the_warps_are_forced(tmp_path):
     site = copy_fixture(UPSTREAM, tmp_path)
+    pristine = snapshot(site)
     rows = json.loads(run("check", "--site-packages", str(site), "--json").output)["transforms"]
     statuses = {t["name"]: t["status"] for t in rows}
     assert statuses["paged-attention-v2"] == "not-applicable"
     assert statuses["v2-dispatch"] == "applied"
-    assert statuses["prefix-prefill-warps"] == "pending"
+    assert statuses["prefix-prefill-warps"] == "not-applicable"
     result = run("apply", "--site-packages", str(site))
     assert result.exit_code == 0
+    assert snapshot(site) == pristine
+    forced = run("apply", "--site-packages", str(site), "--only", "prefix-prefill-warps")
+    assert forced.exit_code == 0
+    assert "\nNUM_WARPS = 4\n" in (site / "vllm/attention/ops/prefix_prefill.py").read_text()
     assert not (site / "vllm" / "_codemod_kernels").exists()
 
 

@@ -274,7 +274,7 @@ def plan(
         rel: (entry["sha256"], entry["transform"]) for rel, entry in manifest["added"].items()
     }
     change_set = build_change_set(
-        tree, version, chosen, values, previously_added, registry=registry
+        tree, version, chosen, values, previously_added, registry=registry, explicit=only
     )
     after_options: Dict[str, Any] = dict(values)
     after_options.update({"only": list(only), "skip": list(skip), "tuning": recorded.get("tuning")})

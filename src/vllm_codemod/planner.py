@@ -10,12 +10,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Collection, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import libcst as cst
 from packaging.version import Version
 
 from vllm_codemod.transforms.base import Plan, Status, Transform, TransformContext
+from vllm_codemod.transforms.fork_markers import find_fork_markers
 
 from .discovery import VllmTree
 from .errors import CodemodError, RefusalError
@@ -172,6 +173,7 @@ def build_change_set(
     options: Mapping[str, Any],
     previously_added: Mapping[str, Tuple[str, str]],
     registry: Sequence[Transform] = (),
+    explicit: Collection[str] = (),
 ) -> ChangeSet:
     """Plan every transform.
 
@@ -179,8 +181,15 @@ def build_change_set(
     transform)); a file a transform shipped before but no longer ships is removed,
     unless someone changed it since.  ``registry`` holds every known transform, so a
     transform's ``requires`` can be checked even when the user left that one out.
+    ``explicit`` names the transforms the user asked for with ``--only``.
     """
-    context = TransformContext(vllm_root=tree.root, version=version, options=dict(options))
+    context = TransformContext(
+        vllm_root=tree.root,
+        version=version,
+        options=dict(options),
+        fork_markers=find_fork_markers(tree.root, version),
+        explicitly_selected=frozenset(explicit),
+    )
     results: List[TransformResult] = []
     sources: Dict[str, bytes] = {}
     texts: Dict[str, str] = {}

@@ -72,8 +72,9 @@ Examples:
 def status(site_packages: Any, vllm_root: Any, python: Any, force: bool) -> Report:
     """Show the tree, its version, fork markers, each transform's state, the recorded
     options, when it was patched, and whether anything calls the patched code."""
+    from vllm_codemod.transforms.fork_markers import find_fork_markers
+
     from .. import engine
-    from ..fork_markers import fork_markers
 
     tree = open_tree(site_packages, vllm_root, python)
     with locked(tree):
@@ -81,7 +82,7 @@ def status(site_packages: Any, vllm_root: Any, python: Any, force: bool) -> Repo
         state = engine.status(tree, plan_options((), (), force, {}))
     plan = state.plan
     rows = [t.to_dict() for t in plan.transforms]
-    markers = fork_markers(plan.version, rows, plan.manifest_before)
+    markers = list(find_fork_markers(tree.root, plan.version))
     callers = _callers(tree)
     report = Report("status")
     report.data.update(
@@ -107,9 +108,9 @@ def status(site_packages: Any, vllm_root: Any, python: Any, force: bool) -> Repo
     source = f" (from {plan.version_source})" if plan.version_source else ""
     report.say(f"{_key('version')} {version}{source}")
     if markers:
-        report.say(f"{_key('fork')} {markers[0]['detail']}")
+        report.say(f"{_key('fork')} {markers[0]}")
         for marker in markers[1:]:
-            report.say(f"{'':<10} {marker['detail']}")
+            report.say(f"{'':<10} {marker}")
     else:
         report.say(f"{_key('fork')} no fork markers (looks like upstream vLLM)")
     if state.patched:
