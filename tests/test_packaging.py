@@ -110,16 +110,18 @@ def test_regular_install_runs_without_the_checkout(wheel, tmp_path):
 
 
 def _old_pythons():
+    """pyenv's interpreters of the oldest supported minors (3.8 is requires-python's)."""
+    root = os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv"))
     found = []
-    for minor in ("3.9", "3.10"):
-        found += sorted(glob.glob(f"/root/.pyenv/versions/{minor}*/bin/python{minor}"))[:1]
+    for minor in ("3.8", "3.9", "3.10"):
+        found += sorted(glob.glob(f"{root}/versions/{minor}.*/bin/python{minor}"))[:1]
     return found
 
 
 @pytest.mark.parametrize("python", _old_pythons() or [None])
 def test_shipped_code_compiles_on_old_pythons(python):
     if python is None:
-        pytest.skip("no Python 3.9/3.10 interpreter on this machine")
+        pytest.skip("no Python 3.8-3.10 interpreter under pyenv on this machine")
     files = sorted(
         str(p) for d in ("kernels", "transforms", "src") for p in (REPO / d).rglob("*.py")
     )
