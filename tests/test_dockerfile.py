@@ -17,6 +17,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 from typing import Dict, List
 
@@ -145,10 +146,57 @@ def test_dockerignore_keeps_the_context_small():
         if line.strip() and not line.startswith("#")
     ]
     assert lines[0] == "*", "whitelist: ignore everything, then re-include"
-    for needed in ("pyproject.toml", "README.md", "src/", "transforms/", "kernels/"):
+    for needed in ("pyproject.toml", "setup.py", "LICENSE", "README.md", "src/", "kernels/"):
         assert f"!{needed}" in lines
     for unwanted in (".git", "tests", "vendor_fixtures", "benchmarks"):
         assert not any(line.lstrip("!").startswith(unwanted) for line in lines if line[0] == "!")
+
+
+def docker_context(destination: Path) -> Path:
+    """The build context as Docker sends it: the whitelisted top-level entries of
+    ``.dockerignore`` (``*`` then ``!name``), without the ignored caches."""
+    lines = [
+        line.strip()
+        for line in (REPO / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
+    destination.mkdir()
+    for entry in (line[1:].rstrip("/") for line in lines if line.startswith("!")):
+        source = REPO / entry
+        if source.is_dir():
+            shutil.copytree(source, destination / entry, ignore=ignore)
+        elif source.is_file():
+            shutil.copy2(source, destination / entry)
+    return destination
+
+
+def test_the_context_builds_the_same_wheel_as_the_checkout(tmp_path):
+    """A file the build needs but .dockerignore leaves out breaks only the image build."""
+    context = docker_context(tmp_path / "context")
+    wheels = {}
+    for name, source in (("context", context), ("checkout", REPO)):
+        out = tmp_path / f"wheel-{name}"
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "wheel",
+                "--no-deps",
+                "--no-build-isolation",
+                "-q",
+                "-w",
+                str(out),
+                str(source),
+            ],
+            check=True,
+            capture_output=True,
+        )
+        wheel = next(out.glob("vllm_codemod-*.whl"))
+        with zipfile.ZipFile(wheel) as archive:
+            wheels[name] = sorted(archive.namelist())
+    assert wheels["context"] == wheels["checkout"]
 
 
 def _fixture() -> Path:
