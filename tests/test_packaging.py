@@ -152,13 +152,14 @@ def fresh_venv(wheel, tmp_path_factory) -> Path:
         capture_output=True,
         text=True,
     ).stdout.strip()
-    deps = [p for p in site.getsitepackages() + [sysconfig.get_paths()["purelib"]]]
-    Path(purelib, "_outer_site_packages.pth").write_text("\n".join(dict.fromkeys(deps)) + "\n")
     subprocess.run(
         [str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)],
         check=True,
         capture_output=True,
     )
+    # After the install: pip must not see the outer vllm-codemod and call it satisfied.
+    deps = [p for p in site.getsitepackages() + [sysconfig.get_paths()["purelib"]]]
+    Path(purelib, "_outer_site_packages.pth").write_text("\n".join(dict.fromkeys(deps)) + "\n")
     return venv
 
 
