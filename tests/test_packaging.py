@@ -144,19 +144,29 @@ def fresh_venv(wheel, tmp_path_factory) -> Path:
     listed in a ``.pth`` file is added, the ``.pth`` files inside it are not run).
     """
     venv = tmp_path_factory.mktemp("venv") / "v"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True)
     python = venv / "bin" / "python"
+    install = ["install", "-q", "--no-deps", "--no-index", str(wheel)]
+    # This interpreter's pip installs into the venv (`pip --python`, pip >= 22.3): seconds
+    # faster than bootstrapping a pip inside it.
+    import pip
+
+    if tuple(int(part) for part in pip.__version__.split(".")[:2]) >= (22, 3):
+        create, install = (
+            ["--without-pip"],
+            [sys.executable, "-m", "pip", "--python", str(python)] + install,
+        )
+    else:
+        create, install = [], [str(python), "-m", "pip"] + install
+    subprocess.run(
+        [sys.executable, "-m", "venv", *create, str(venv)], check=True, capture_output=True
+    )
     purelib = subprocess.run(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
         check=True,
         capture_output=True,
         text=True,
     ).stdout.strip()
-    subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)],
-        check=True,
-        capture_output=True,
-    )
+    subprocess.run(install, check=True, capture_output=True)
     # After the install: pip must not see the outer vllm-codemod and call it satisfied.
     deps = [p for p in site.getsitepackages() + [sysconfig.get_paths()["purelib"]]]
     Path(purelib, "_outer_site_packages.pth").write_text("\n".join(dict.fromkeys(deps)) + "\n")
