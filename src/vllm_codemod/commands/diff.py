@@ -77,8 +77,8 @@ Exit status: 0 nothing would change, 1 changes pending, 2 error or conflict.
 Colour on a terminal unless NO_COLOR is set or --no-color is given.
 Examples:
   vllm-codemod diff --site-packages vendor_fixtures/bi-v100/corex-0.8.3
-  vllm-codemod diff --only v2-dispatch --v2-threshold 4096 | less -R
-  vllm-codemod diff --json | jq '.files[].hunks | length'
+  vllm-codemod diff --site-packages vendor_fixtures/bi-v100/corex-0.8.3 --v2-threshold 4096 | less
+  vllm-codemod diff --site-packages vendor_fixtures/bi-v100/corex-0.8.3 --json | jq '.files[].hunks | length'
 """
 )
 @tree_options
