@@ -1,34 +1,37 @@
-"""Triton PagedAttention V2: split-KV partitions of 512 tokens + a log-sum-exp reduction.
+"""Triton PagedAttention decode in one launch: balanced split-KV with an in-kernel reduction.
 
-One program per (sequence, kv head, partition): it loads every query head that shares
-the kv head (GQA/MQA; rows padded to >= 16 for ``tl.dot``), gathers K/V through the
-block table tile by tile, and keeps an online softmax.  Each K/V byte is read once per
-kv head.  It writes vLLM's partition buffers (``tmp_out`` normalized by the partition's
-own exp-sum, ``exp_sums``, ``max_logits``); a second kernel reduces them into ``out``.
+vLLM's V2 contract only promises ``out``; ``exp_sums``, ``max_logits`` and ``tmp_out`` are
+scratch.  So instead of one program per fixed 512-token partition plus a second reduction
+launch, this kernel runs a fixed number of programs (a few per SM) and hands each an equal
+share of the whole batch's work, counted in tiles of ``TILE`` tokens of one (sequence, kv
+head) *segment*.  A program walks its contiguous range of tiles with an online softmax,
+one segment at a time.  A segment covered by a single program is written to ``out``
+directly; otherwise each covering program leaves an unnormalized partial (max, sum, acc)
+in a slot of a cached scratch buffer and bumps the segment's counter, and the program
+that brings the counter to the number of contributors reduces the partials in slot order
+(deterministic) and resets the counter to zero (so CUDA-graph replays start clean).
 
-Only Triton 2.1 language features: tl.dot, masked tl.load/tl.store, tl.max/tl.sum,
-tl.exp, tl.where, tl.arange, tl.zeros, constexpr.  fp32 caches use a 3-pass bf16
-split product (hi*hi + hi*lo + lo*hi), so no TF32/precision keyword is needed.  One
-exception, chosen at launch: on Triton >= 3.0 K tiles are loaded in memory order and
-permuted (``k3d``; tl.permute/3-D reshape), which keeps each load instruction on whole
-cache lines; older Triton gets the 2-D load and launch tables tuned for it.  Launch
-choices (``LaunchConfig``) and their measurements: docs/kernel-notes.md.
+Balancing by tiles is what keeps one 100K-token sequence or a ragged batch from ending in
+a long tail of a few busy programs, and no program is spent on a partition past a short
+sequence's end.  Only Triton 2.1 language features (tl.cumsum, atomics, while loops); on
+Triton >= 3.0 K tiles can be loaded in memory order and permuted (``K_3D``).
 """
 
 from __future__ import annotations
 
-import warnings
-from typing import Any, Dict, NamedTuple, Optional, Sequence
+from typing import Any, Dict, List, Optional, Tuple
 
-import torch
 import triton
 import triton.language as tl
 
-from .signature import PARTITION_SIZE
+from .call import DecodeCall
+from .launch_tables import FusedConfig, pick_config
+from .log import log
 
 
 @triton.jit
 def _dot(a, b, F32_SPLIT: tl.constexpr):
+    # fp32 caches: a 3-pass bf16 split product, exact enough without TF32 keywords.
     if F32_SPLIT:
         a_hi = a.to(tl.bfloat16)
         a_lo = (a - a_hi.to(tl.float32)).to(tl.bfloat16)
@@ -44,845 +47,560 @@ def _dot(a, b, F32_SPLIT: tl.constexpr):
 
 @triton.jit
 def _tile_block_ids(bt_base, t0, n_blocks, TILE: tl.constexpr, BLOCK_SIZE: tl.constexpr):
-    # One table entry per token of the tile (whole blocks share one); blocks past the
-    # sequence's end read block 0, so K/V addresses need no per-token mask.
+    # One table entry per token of the tile (whole blocks share one); entries past the
+    # sequence's last block are never read (block 0 instead), so junk in the table is safe.
     blk_idx = (t0 + tl.arange(0, TILE)) // BLOCK_SIZE
     return tl.load(bt_base + blk_idx, mask=blk_idx < n_blocks, other=0).to(tl.int64)
 
 
 @triton.jit
-def _kv_offsets(
-    blk, t0, k_d, v_d, stride_kb, stride_kt, stride_vb, stride_vt,
-    X: tl.constexpr, BLOCK_SIZE: tl.constexpr, TILE: tl.constexpr, CONTIG_HINTS: tl.constexpr,
-):  # fmt: skip
-    t_in = (t0 + tl.arange(0, TILE)) % BLOCK_SIZE
-    k_off = blk[None, :] * stride_kb + t_in[None, :] * stride_kt + k_d[:, None]
-    v_off = blk[:, None] * stride_vb + t_in[:, None] * stride_vt + v_d[None, :]
-    if CONTIG_HINTS:
-        k_off = tl.max_contiguous(tl.multiple_of(k_off, [X, 1]), [X, 1])
-        v_off = tl.max_contiguous(tl.multiple_of(v_off, [BLOCK_SIZE, 1]), [BLOCK_SIZE, 1])
-    return k_off, v_off
-
-
-@triton.jit
-def _load_k_3d(
-    k_base, blk, t0, ok, stride_kb, stride_kt, stride_kd, stride_kx,
-    X: tl.constexpr, BLOCK_SIZE: tl.constexpr, TILE: tl.constexpr, HEAD_SIZE: tl.constexpr,
-    D_PAD: tl.constexpr, CONTIG_HINTS: tl.constexpr, USE_OK: tl.constexpr,
-):  # fmt: skip
-    # K tile as [TILE, D/X, X]: one block's K of one kv head is a single contiguous run in
-    # the order (d/x, token, x), and with the token axis first Triton lays a warp's threads
-    # along tokens after the 16-byte x vector, so each load instruction covers whole
-    # consecutive lines.  The 2-D [D, TILE] load puts 16 threads along d instead: each
-    # instruction then touches 16 lines 256 bytes apart.  The dot's [D, TILE] operand is a
-    # permute + reshape of it (Triton >= 3.0).
-    dx = tl.arange(0, D_PAD // X)
-    t_in = (t0 + tl.arange(0, TILE)) % BLOCK_SIZE
-    xx = tl.arange(0, X)
-    off = (
-        blk[:, None, None] * stride_kb
-        + t_in[:, None, None] * stride_kt
-        + dx[None, :, None] * stride_kd
-        + xx[None, None, :] * stride_kx
-    )
-    if CONTIG_HINTS:
-        off = tl.max_contiguous(tl.multiple_of(off, [1, 1, X]), [1, 1, X])
-    if D_PAD == HEAD_SIZE:
-        if USE_OK:
-            k3 = tl.load(k_base + off, mask=ok, other=0.0)
-        else:
-            k3 = tl.load(k_base + off)
-    else:
-        m = (dx < HEAD_SIZE // X)[None, :, None]
-        if USE_OK:
-            m = m & ok
-        k3 = tl.load(k_base + off, mask=m, other=0.0)
-    return tl.reshape(tl.permute(k3, (1, 2, 0)), (D_PAD, TILE))
-
-
-@triton.jit
-def _load_kv_tile(
-    k_base, v_base, blk, t0, k_d, v_d, d_ok, ok, stride_kb, stride_kt, stride_kd, stride_kx,
-    stride_vb, stride_vt,
+def _load_k(
+    k_base, blk, t0, d, stride_kb, stride_kt, stride_kd,
     X: tl.constexpr, BLOCK_SIZE: tl.constexpr, TILE: tl.constexpr, HEAD_SIZE: tl.constexpr,
     D_PAD: tl.constexpr, CONTIG_HINTS: tl.constexpr, K_3D: tl.constexpr,
 ):  # fmt: skip
-    # ``ok`` is one flag for the whole tile (False past the partition's last tile), so the
-    # loads keep their vector width.
-    k_off, v_off = _kv_offsets(
-        blk, t0, k_d, v_d, stride_kb, stride_kt, stride_vb, stride_vt,
-        X, BLOCK_SIZE, TILE, CONTIG_HINTS,
-    )  # fmt: skip
+    # K tile as the dot's [D_PAD, TILE] operand.  vLLM's K cache is
+    # [blocks, kv_heads, D/X, BLOCK_SIZE, X] with X elements contiguous (stride 1).
+    t_in = (t0 + tl.arange(0, TILE)) % BLOCK_SIZE
     if K_3D:
-        k = _load_k_3d(
-            k_base, blk, t0, ok, stride_kb, stride_kt, stride_kd, stride_kx,
-            X, BLOCK_SIZE, TILE, HEAD_SIZE, D_PAD, CONTIG_HINTS, True,
-        )  # fmt: skip
-    elif D_PAD == HEAD_SIZE:
-        k = tl.load(k_base + k_off, mask=ok, other=0.0)  # [D_PAD, TILE]
+        # [TILE, D/X, X] in memory order: a warp's threads run along tokens after the
+        # 16-byte x vector, so each load instruction covers whole consecutive lines.
+        dx = tl.arange(0, D_PAD // X)
+        xx = tl.arange(0, X)
+        off = (
+            blk[:, None, None] * stride_kb
+            + t_in[:, None, None] * stride_kt
+            + dx[None, :, None] * stride_kd
+            + xx[None, None, :]
+        )
+        if CONTIG_HINTS:
+            off = tl.max_contiguous(tl.multiple_of(off, [1, 1, X]), [1, 1, X])
+        if D_PAD == HEAD_SIZE:
+            k3 = tl.load(k_base + off)
+        else:
+            k3 = tl.load(k_base + off, mask=(dx < HEAD_SIZE // X)[None, :, None], other=0.0)
+        k = tl.reshape(tl.permute(k3, (1, 2, 0)), (D_PAD, TILE))
     else:
-        k = tl.load(k_base + k_off, mask=d_ok[:, None] & ok, other=0.0)
-    if D_PAD == HEAD_SIZE:
-        v = tl.load(v_base + v_off, mask=ok, other=0.0)  # [TILE, D_PAD]
-    else:
-        v = tl.load(v_base + v_off, mask=d_ok[None, :] & ok, other=0.0)
-    return k, v
+        k_off = blk[None, :] * stride_kb + t_in[None, :] * stride_kt
+        k_off += ((d // X) * stride_kd + (d % X))[:, None]
+        if CONTIG_HINTS:
+            k_off = tl.max_contiguous(tl.multiple_of(k_off, [X, 1]), [X, 1])
+        if D_PAD == HEAD_SIZE:
+            k = tl.load(k_base + k_off)
+        else:
+            k = tl.load(k_base + k_off, mask=(d < HEAD_SIZE)[:, None], other=0.0)
+    return k
 
 
 @triton.jit
-def _pa_v2_partition_kernel(
-    exp_sums_ptr,
-    max_logits_ptr,
-    tmp_out_ptr,
+def _load_v(
+    v_base, blk, t0, d, stride_vb, stride_vd,
+    BLOCK_SIZE: tl.constexpr, TILE: tl.constexpr, HEAD_SIZE: tl.constexpr,
+    D_PAD: tl.constexpr, CONTIG_HINTS: tl.constexpr,
+):  # fmt: skip
+    # V tile [TILE, D_PAD]; vLLM's V cache is [blocks, kv_heads, D, BLOCK_SIZE], tokens
+    # contiguous (stride 1).
+    t_in = (t0 + tl.arange(0, TILE)) % BLOCK_SIZE
+    v_off = blk[:, None] * stride_vb + t_in[:, None] + (d * stride_vd)[None, :]
+    if CONTIG_HINTS:
+        v_off = tl.max_contiguous(tl.multiple_of(v_off, [BLOCK_SIZE, 1]), [BLOCK_SIZE, 1])
+    if D_PAD == HEAD_SIZE:
+        v = tl.load(v_base + v_off)
+    else:
+        v = tl.load(v_base + v_off, mask=(d < HEAD_SIZE)[None, :], other=0.0)
+    return v
+
+
+@triton.jit
+def _pa_decode_kernel(
+    out_ptr,
     q_ptr,
     k_cache_ptr,
     v_cache_ptr,
     block_tables_ptr,
     seq_lens_ptr,
     alibi_ptr,
+    part_acc_ptr,
+    part_ml_ptr,
+    counters_ptr,
     scale,
-    num_kv_heads,
-    num_group_chunks,
+    num_seqs,
+    stride_os,
+    stride_oh,
     stride_qs,
     stride_qh,
-    stride_qd,
     stride_kb,
     stride_kh,
     stride_kd,
     stride_kt,
-    stride_kx,
     stride_vb,
     stride_vh,
     stride_vd,
-    stride_vt,
     stride_bt,
-    stride_es_s,
-    stride_es_h,
-    stride_es_p,
-    stride_ml_s,
-    stride_ml_h,
-    stride_ml_p,
-    stride_to_s,
-    stride_to_h,
-    stride_to_p,
-    stride_to_d,
+    NUM_KV_HEADS: tl.constexpr,
     QUERIES_PER_KV: tl.constexpr,
     G_PAD: tl.constexpr,
+    N_GC: tl.constexpr,
+    ROWS: tl.constexpr,
     HEAD_SIZE: tl.constexpr,
     D_PAD: tl.constexpr,
     X: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,
-    PART: tl.constexpr,
     TILE: tl.constexpr,
+    S_PAD: tl.constexpr,
+    R_CHUNK: tl.constexpr,
+    RB: tl.constexpr,
+    GROUP: tl.constexpr,
     USE_ALIBI: tl.constexpr,
     F32_SPLIT: tl.constexpr,
     CONTIG_HINTS: tl.constexpr,
     EARLY_V: tl.constexpr,
-    STORE_ALL: tl.constexpr,
     PREFETCH: tl.constexpr,
     K_3D: tl.constexpr,
 ):
     pid = tl.program_id(0)
-    part = tl.program_id(1)
-    gc = pid % num_group_chunks
-    seq_kvh = pid // num_group_chunks
-    seq = seq_kvh // num_kv_heads
-    kvh = seq_kvh % num_kv_heads
+    n_prog = tl.num_programs(0)
+    SEGS_PER_SEQ: tl.constexpr = NUM_KV_HEADS * N_GC
 
-    seq_len = tl.load(seq_lens_ptr + seq)
-    start = part * PART
-    end = tl.minimum(start + PART, seq_len)
-    num_tiles = (end - start + TILE - 1) // TILE  # <= 0 past the sequence's end
-    part_ok = start < seq_len
+    # The batch's work in tiles, from seq_lens (device memory: graph-safe, no host sync).
+    # Every segment counts at least one tile, so an empty sequence still gets its `out`
+    # written (zeros).
+    s_idx = tl.arange(0, S_PAD)
+    lens = tl.load(seq_lens_ptr + s_idx, mask=s_idx < num_seqs, other=0)
+    nt = tl.where(s_idx < num_seqs, tl.maximum((lens + TILE - 1) // TILE, 1), 0)
+    seq_tiles = nt * SEGS_PER_SEQ
+    cum_incl = tl.cumsum(seq_tiles, 0)
+    total = tl.sum(seq_tiles, 0).to(tl.int64)
+    # Never more programs than tiles: every program in a segment's range must own a tile,
+    # or the segment's contributor count (below) would include idle programs.
+    n_prog = tl.minimum(n_prog, total)
+    t = (pid * total // n_prog).to(tl.int32)
+    t_end = ((pid + 1) * total // n_prog).to(tl.int32)
+    t_end = tl.where(pid < n_prog, t_end, t)
 
-    rows = gc * G_PAD + tl.arange(0, G_PAD)
-    row_ok = rows < QUERIES_PER_KV
-    heads = kvh * QUERIES_PER_KV + rows
     d = tl.arange(0, D_PAD)
     d_ok = d < HEAD_SIZE
+    r = tl.arange(0, G_PAD)
 
-    q = tl.load(
-        q_ptr + seq * stride_qs + heads[:, None] * stride_qh + d[None, :] * stride_qd,
-        mask=row_ok[:, None] & d_ok[None, :],
-        other=0.0,
-    )
-    q = q.to(k_cache_ptr.dtype.element_ty)
-    if F32_SPLIT:
-        q = q.to(tl.float32)
-    if USE_ALIBI:
-        slopes = tl.load(alibi_ptr + heads, mask=row_ok, other=0.0).to(tl.float32)
+    while t < t_end:
+        # Which segment holds tile t: its sequence, kv head and group chunk.
+        seq = tl.sum((cum_incl <= t).to(tl.int32), 0)
+        is_seq = s_idx == seq
+        seq_base = tl.sum(tl.where(is_seq, cum_incl - seq_tiles, 0), 0)
+        seg_tiles = tl.sum(tl.where(is_seq, nt, 0), 0)
+        seq_len = tl.sum(tl.where(is_seq, lens, 0), 0)
+        local = t - seq_base
+        sg = local // seg_tiles
+        tile_lo = local % seg_tiles
+        seg_start = seq_base + sg * seg_tiles
+        seg_end = seg_start + seg_tiles
+        stop = tl.minimum(seg_end, t_end)
+        tile_hi = tile_lo + (stop - t)
+        kvh = sg // N_GC
+        gc = sg % N_GC
+        g = seq * SEGS_PER_SEQ + sg
 
-    k_base = k_cache_ptr + kvh * stride_kh
-    v_base = v_cache_ptr + kvh * stride_vh
-    k_d = (d // X) * stride_kd + (d % X) * stride_kx
-    v_d = d * stride_vd
-    bt_base = block_tables_ptr + seq * stride_bt
+        rows = gc * G_PAD + r
+        row_ok = rows < QUERIES_PER_KV
+        heads = kvh * QUERIES_PER_KV + rows
+        q = tl.load(
+            q_ptr + seq * stride_qs + heads[:, None] * stride_qh + d[None, :],
+            mask=row_ok[:, None] & d_ok[None, :],
+            other=0.0,
+        )
+        q = q.to(k_cache_ptr.dtype.element_ty)
+        if F32_SPLIT:
+            q = q.to(tl.float32)
+        if USE_ALIBI:
+            slopes = tl.load(alibi_ptr + heads, mask=row_ok, other=0.0).to(tl.float32)
+        k_base = k_cache_ptr + kvh * stride_kh
+        v_base = v_cache_ptr + kvh * stride_vh
+        bt_base = block_tables_ptr + seq * stride_bt
+        n_blocks = (seq_len + BLOCK_SIZE - 1) // BLOCK_SIZE
 
-    m_i = tl.zeros([G_PAD], dtype=tl.float32) - float("inf")
-    l_i = tl.zeros([G_PAD], dtype=tl.float32)
-    acc = tl.zeros([G_PAD, D_PAD], dtype=tl.float32)
-    n_blocks = (seq_len + BLOCK_SIZE - 1) // BLOCK_SIZE
-    # PREFETCH 1: each tile's block ids are loaded one tile ahead (the table read no
-    # longer sits between one tile's K/V loads and the next).  PREFETCH 2: K and V too
-    # (register double buffer: the next tile's bytes are in flight during this tile's math).
-    if PREFETCH >= 1:
-        blk_nxt = _tile_block_ids(bt_base, start, n_blocks, TILE, BLOCK_SIZE)
-    if PREFETCH == 2:
-        k_nxt, v_nxt = _load_kv_tile(
-            k_base, v_base, blk_nxt, start, k_d, v_d, d_ok, num_tiles > 0,
-            stride_kb, stride_kt, stride_kd, stride_kx, stride_vb, stride_vt,
-            X, BLOCK_SIZE, TILE, HEAD_SIZE, D_PAD, CONTIG_HINTS, K_3D,
-        )  # fmt: skip
-        blk_nxt = _tile_block_ids(bt_base, start + TILE, n_blocks, TILE, BLOCK_SIZE)
-    for i in range(0, num_tiles):
-        t0 = start + i * TILE
-        offs = t0 + tl.arange(0, TILE)
-        t_ok = offs < end
-        if PREFETCH == 2:
-            k = k_nxt
-            v = v_nxt
-            k_nxt, v_nxt = _load_kv_tile(
-                k_base, v_base, blk_nxt, t0 + TILE, k_d, v_d, d_ok, i + 1 < num_tiles,
-                stride_kb, stride_kt, stride_kd, stride_kx, stride_vb, stride_vt,
-                X, BLOCK_SIZE, TILE, HEAD_SIZE, D_PAD, CONTIG_HINTS, K_3D,
-            )  # fmt: skip
-            blk_nxt = _tile_block_ids(bt_base, t0 + 2 * TILE, n_blocks, TILE, BLOCK_SIZE)
-        else:
-            if PREFETCH == 1:
+        m_i = tl.zeros([G_PAD], dtype=tl.float32) - float("inf")
+        l_i = tl.zeros([G_PAD], dtype=tl.float32)
+        acc = tl.zeros([G_PAD, D_PAD], dtype=tl.float32)
+        if PREFETCH:
+            blk_nxt = _tile_block_ids(bt_base, tile_lo * TILE, n_blocks, TILE, BLOCK_SIZE)
+        for i in range(tile_lo, tile_hi):
+            t0 = i * TILE
+            offs = t0 + tl.arange(0, TILE)
+            t_ok = offs < seq_len
+            if PREFETCH:
                 blk = blk_nxt
                 blk_nxt = _tile_block_ids(bt_base, t0 + TILE, n_blocks, TILE, BLOCK_SIZE)
             else:
                 blk = _tile_block_ids(bt_base, t0, n_blocks, TILE, BLOCK_SIZE)
-            k_off, v_off = _kv_offsets(
-                blk, t0, k_d, v_d, stride_kb, stride_kt, stride_vb, stride_vt,
-                X, BLOCK_SIZE, TILE, CONTIG_HINTS,
+            k = _load_k(
+                k_base, blk, t0, d, stride_kb, stride_kt, stride_kd,
+                X, BLOCK_SIZE, TILE, HEAD_SIZE, D_PAD, CONTIG_HINTS, K_3D,
             )  # fmt: skip
-            if K_3D:
-                k = _load_k_3d(
-                    k_base, blk, t0, t0 < end, stride_kb, stride_kt, stride_kd, stride_kx,
-                    X, BLOCK_SIZE, TILE, HEAD_SIZE, D_PAD, CONTIG_HINTS, False,
+            if EARLY_V:  # the V load goes out before the QK product: more bytes in flight
+                v = _load_v(
+                    v_base, blk, t0, d, stride_vb, stride_vd,
+                    BLOCK_SIZE, TILE, HEAD_SIZE, D_PAD, CONTIG_HINTS,
                 )  # fmt: skip
-            elif D_PAD == HEAD_SIZE:
-                k = tl.load(k_base + k_off)  # [D_PAD, TILE]
+            if F32_SPLIT:
+                k = k.to(tl.float32)
+            s = _dot(q, k, F32_SPLIT) * scale  # [G_PAD, TILE]
+            if USE_ALIBI:
+                s += slopes[:, None] * (offs - seq_len + 1).to(tl.float32)[None, :]
+            s = tl.where(t_ok[None, :], s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            # A row whose every logit so far is masked keeps m = -inf: guard the exps.
+            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+            p = tl.exp(s - m_use[:, None])
+            alpha = tl.exp(m_i - m_use)
+            l_i = l_i * alpha + tl.sum(p, 1)
+            if not EARLY_V:
+                v = _load_v(
+                    v_base, blk, t0, d, stride_vb, stride_vd,
+                    BLOCK_SIZE, TILE, HEAD_SIZE, D_PAD, CONTIG_HINTS,
+                )  # fmt: skip
+            v = tl.where(t_ok[:, None], v, 0.0)
+            if F32_SPLIT:
+                pv = _dot(p, v.to(tl.float32), F32_SPLIT)
             else:
-                k = tl.load(k_base + k_off, mask=d_ok[:, None], other=0.0)
-            if EARLY_V:  # issue the V load before the QK product: more bytes in flight
-                if D_PAD == HEAD_SIZE:
-                    v = tl.load(v_base + v_off)  # [TILE, D_PAD]
-                else:
-                    v = tl.load(v_base + v_off, mask=d_ok[None, :], other=0.0)
-        if F32_SPLIT:
-            k = k.to(tl.float32)
-        s = _dot(q, k, F32_SPLIT) * scale  # [G_PAD, TILE]
-        if USE_ALIBI:
-            s += slopes[:, None] * (offs - seq_len + 1).to(tl.float32)[None, :]
-        s = tl.where(t_ok[None, :], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        p = tl.exp(s - m_new[:, None])
-        alpha = tl.exp(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        if not EARLY_V and PREFETCH < 2:
-            if D_PAD == HEAD_SIZE:
-                v = tl.load(v_base + v_off)
-            else:
-                v = tl.load(v_base + v_off, mask=d_ok[None, :], other=0.0)
-        v = tl.where(t_ok[:, None], v, 0.0)
-        if F32_SPLIT:
-            pv = _dot(p, v.to(tl.float32), F32_SPLIT)
+                pv = tl.dot(p.to(v.dtype), v)
+            acc = acc * alpha[:, None] + pv
+            m_i = m_new
+
+        # Programs covering this segment: p(t) = ((t + 1) * P - 1) // total owns tile t.
+        p_first = ((seg_start + 1).to(tl.int64) * n_prog - 1) // total
+        p_last = (seg_end.to(tl.int64) * n_prog - 1) // total
+        n_contrib = (p_last - p_first + 1).to(tl.int32)
+        out_rows = seq * stride_os + heads * stride_oh
+        if n_contrib == 1:
+            res = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
+            tl.store(
+                out_ptr + out_rows[:, None] + d[None, :],
+                res.to(out_ptr.dtype.element_ty),
+                mask=row_ok[:, None] & d_ok[None, :],
+            )
         else:
-            pv = tl.dot(p.to(v.dtype), v)
-        acc = acc * alpha[:, None] + pv
-        m_i = m_new
-
-    l_safe = tl.where(l_i > 0, l_i, 1.0)
-    res = acc / l_safe[:, None]
-    if STORE_ALL:  # split scratch: empty sub-partitions write m=-inf, l=0, out=0 too
-        st_rows = row_ok
-    else:
-        st_rows = row_ok & part_ok
-    to_ptrs = (
-        tmp_out_ptr
-        + seq * stride_to_s
-        + heads[:, None] * stride_to_h
-        + part * stride_to_p
-        + d[None, :] * stride_to_d
-    )
-    tl.store(to_ptrs, res.to(tmp_out_ptr.dtype.element_ty), mask=st_rows[:, None] & d_ok[None, :])
-    tl.store(
-        exp_sums_ptr + seq * stride_es_s + heads * stride_es_h + part * stride_es_p,
-        l_i,
-        mask=st_rows,
-    )
-    tl.store(
-        max_logits_ptr + seq * stride_ml_s + heads * stride_ml_h + part * stride_ml_p,
-        m_i,
-        mask=st_rows,
-    )
+            # Slot pid + g: contributors of one segment are consecutive programs, and the
+            # slot ranges of consecutive segments never overlap (P + G - 1 slots in all).
+            first_slot = p_first + g
+            slot = (pid + g).to(tl.int64)
+            keep = r < ROWS
+            tl.store(
+                part_acc_ptr + (slot * ROWS + r[:, None]) * D_PAD + d[None, :],
+                acc,
+                mask=keep[:, None],
+            )
+            tl.store(part_ml_ptr + (slot * ROWS + r) * 2, m_i, mask=keep)
+            tl.store(part_ml_ptr + (slot * ROWS + r) * 2 + 1, l_i, mask=keep)
+            # Two-level merge so no program merges more than GROUP partials: the last of
+            # each GROUP consecutive contributors folds them into its group's first slot,
+            # the last group to finish folds the group partials into `out`.
+            member = pid - p_first
+            grp_first = first_slot + (member // GROUP) * GROUP
+            grp_n = tl.minimum(n_contrib - (member // GROUP) * GROUP, GROUP)
+            n_groups = (n_contrib + GROUP - 1) // GROUP
+            out_base = seq * stride_os + (kvh * QUERIES_PER_KV + gc * G_PAD) * stride_oh
+            rows_left = QUERIES_PER_KV - gc * G_PAD
+            tl.debug_barrier()  # every thread's partial is stored before the release
+            # Group counters live after the segment counters.
+            grp_ctr = counters_ptr + num_seqs * SEGS_PER_SEQ + grp_first
+            arrived = tl.atomic_add(grp_ctr, 1, sem="acq_rel")
+            if arrived == grp_n - 1:
+                tl.atomic_xchg(grp_ctr, 0)
+                if n_groups == 1:
+                    _merge(part_acc_ptr, part_ml_ptr, grp_first, 1, grp_n, grp_first, True,
+                           out_ptr, out_base, stride_oh, rows_left,
+                           ROWS, RB, HEAD_SIZE, D_PAD, R_CHUNK)  # fmt: skip
+                else:
+                    _merge(part_acc_ptr, part_ml_ptr, grp_first, 1, grp_n, grp_first, False,
+                           out_ptr, out_base, stride_oh, rows_left,
+                           ROWS, RB, HEAD_SIZE, D_PAD, R_CHUNK)  # fmt: skip
+                    tl.debug_barrier()
+                    done = tl.atomic_add(counters_ptr + g, 1, sem="acq_rel")
+                    if done == n_groups - 1:
+                        tl.atomic_xchg(counters_ptr + g, 0)
+                        _merge(part_acc_ptr, part_ml_ptr, first_slot, GROUP, n_groups,
+                               first_slot, True, out_ptr, out_base, stride_oh, rows_left,
+                               ROWS, RB, HEAD_SIZE, D_PAD, R_CHUNK)  # fmt: skip
+        t = stop
 
 
 @triton.jit
-def _max_of(base, stride, n, P_MAX: tl.constexpr):
-    # The largest of n fp32 values (one partition's max logit each), P_MAX per load.
-    m_vec = tl.zeros([P_MAX], dtype=tl.float32) - float("inf")
-    for c in range(0, (n + P_MAX - 1) // P_MAX):
-        i = c * P_MAX + tl.arange(0, P_MAX)
-        m_vec = tl.maximum(m_vec, tl.load(base + i * stride, mask=i < n, other=float("-inf")))
-    return tl.max(m_vec, 0)
-
-
-@triton.jit
-def _pa_v2_reduce_kernel(
-    out_ptr,
-    exp_sums_ptr,
-    max_logits_ptr,
-    tmp_out_ptr,
-    seq_lens_ptr,
-    num_heads,
-    max_parts,
-    stride_os,
-    stride_oh,
-    stride_od,
-    stride_es_s,
-    stride_es_h,
-    stride_es_p,
-    stride_ml_s,
-    stride_ml_h,
-    stride_ml_p,
-    stride_to_s,
-    stride_to_h,
-    stride_to_p,
-    stride_to_d,
-    HEAD_SIZE: tl.constexpr,
-    D_BLK: tl.constexpr,
-    PART: tl.constexpr,
-    P_MAX: tl.constexpr,
-    P_CHUNK: tl.constexpr,
-    SINGLE_PASS: tl.constexpr,
-):
-    # One program per (sequence, head, D_BLK slice of the head): many programs even for
-    # one sequence, and short dependent chains (the max over partitions in one load).
-    pid = tl.program_id(0)
-    seq = pid // num_heads
-    h = pid % num_heads
-    d = tl.program_id(1) * D_BLK + tl.arange(0, D_BLK)
-    d_ok = d < HEAD_SIZE
-    seq_len = tl.load(seq_lens_ptr + seq)
-    num_parts = (seq_len + PART - 1) // PART
-    ml_base = max_logits_ptr + seq * stride_ml_s + h * stride_ml_h
-    es_base = exp_sums_ptr + seq * stride_es_s + h * stride_es_h
-    to_base = tmp_out_ptr + seq * stride_to_s + h * stride_to_h
-
-    if SINGLE_PASS:
-        # Every partition fits in P_MAX: the three loads are masked by the buffers' size,
-        # not by seq_len, so they go out together with the seq_len load (one round trip);
-        # partitions past the sequence's end (never written: junk, maybe NaN) are dropped
-        # with `where` afterwards.
-        p = tl.arange(0, P_MAX)
-        in_buf = p < max_parts
-        ml = tl.load(ml_base + p * stride_ml_p, mask=in_buf, other=float("-inf"))
-        es = tl.load(es_base + p * stride_es_p, mask=in_buf, other=0.0)
-        t = tl.load(
-            to_base + p[:, None] * stride_to_p + d[None, :] * stride_to_d,
-            mask=in_buf[:, None] & d_ok[None, :],
-            other=0.0,
-        ).to(tl.float32)
-        p_ok = p < num_parts
-        ml = tl.where(p_ok, ml, float("-inf"))
-        t = tl.where(p_ok[:, None], t, 0.0)
-        w = tl.where(p_ok, tl.exp(ml - tl.max(ml, 0)) * es, 0.0)
-        total = tl.sum(w, 0)
-        total = tl.where(total > 0, total, 1.0)
-        res = tl.sum(w[:, None] * t, 0) / total
-    else:
-        m_all = _max_of(ml_base, stride_ml_p, num_parts, P_MAX)
-
-        den = tl.zeros([P_CHUNK], dtype=tl.float32)
-        acc = tl.zeros([P_CHUNK, D_BLK], dtype=tl.float32)
-        for c in range(0, (num_parts + P_CHUNK - 1) // P_CHUNK):
-            p = c * P_CHUNK + tl.arange(0, P_CHUNK)
-            p_ok = p < num_parts
-            ml = tl.load(ml_base + p * stride_ml_p, mask=p_ok, other=float("-inf"))
-            es = tl.load(es_base + p * stride_es_p, mask=p_ok, other=0.0)
-            w = tl.where(p_ok, tl.exp(ml - m_all) * es, 0.0)
-            den += w
-            t = tl.load(
-                to_base + p[:, None] * stride_to_p + d[None, :] * stride_to_d,
-                mask=p_ok[:, None] & d_ok[None, :],
+def _merge(
+    part_acc_ptr, part_ml_ptr, first_slot, step, n, dst_slot, to_out, out_ptr, out_base,
+    stride_oh, rows_left, ROWS: tl.constexpr, RB: tl.constexpr, HEAD_SIZE: tl.constexpr,
+    D_PAD: tl.constexpr, R_CHUNK: tl.constexpr,
+):  # fmt: skip
+    # Merge n partials (slots first_slot, first_slot + step, ...) in slot order with a
+    # running log-sum-exp, RB rows at a time: columns are (row, d) pairs flattened, so
+    # every load is 2-D.  The result goes to `out` (normalized) or, unnormalized, back
+    # into dst_slot (one of the inputs, read before it is overwritten).
+    for rb in range(0, ROWS // RB):
+        cols = tl.arange(0, RB * D_PAD)
+        c_row = rb * RB + cols // D_PAD
+        c_d = cols % D_PAD
+        m_run = tl.zeros([RB * D_PAD], dtype=tl.float32) - float("inf")
+        l_run = tl.zeros([RB * D_PAD], dtype=tl.float32)
+        a_run = tl.zeros([RB * D_PAD], dtype=tl.float32)
+        for c in range(0, (n + R_CHUNK - 1) // R_CHUNK):
+            j = c * R_CHUNK + tl.arange(0, R_CHUNK)
+            ok = j < n
+            slot = (first_slot + j * step).to(tl.int64)
+            ml_off = (slot[:, None] * ROWS + c_row[None, :]) * 2
+            # .cg: other programs wrote these; read them from L2, never a stale L1 line.
+            m = tl.load(
+                part_ml_ptr + ml_off, mask=ok[:, None], other=float("-inf"), cache_modifier=".cg"
+            )
+            ls = tl.load(
+                part_ml_ptr + ml_off + 1, mask=ok[:, None], other=0.0, cache_modifier=".cg"
+            )
+            a = tl.load(
+                part_acc_ptr + (slot[:, None] * ROWS + c_row[None, :]) * D_PAD + c_d[None, :],
+                mask=ok[:, None],
                 other=0.0,
-            ).to(tl.float32)
-            acc += w[:, None] * t
-        total = tl.sum(den, 0)
-        total = tl.where(total > 0, total, 1.0)
-        res = tl.sum(acc, 0) / total
-    tl.store(
-        out_ptr + seq * stride_os + h * stride_oh + d * stride_od,
-        res.to(out_ptr.dtype.element_ty),
-        mask=d_ok,
-    )
+                cache_modifier=".cg",
+            )
+            m_new = tl.maximum(m_run, tl.max(m, 0))
+            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+            w = tl.where(ok[:, None], tl.exp(m - m_use[None, :]), 0.0)
+            alpha = tl.exp(m_run - m_use)
+            l_run = l_run * alpha + tl.sum(w * ls, 0)
+            a_run = a_run * alpha + tl.sum(w * a, 0)
+            m_run = m_new
+        if to_out:
+            res = a_run / tl.where(l_run > 0, l_run, 1.0)
+            tl.store(
+                out_ptr + out_base + c_row * stride_oh + c_d,
+                res.to(out_ptr.dtype.element_ty),
+                mask=(c_row < rows_left) & (c_d < HEAD_SIZE),
+            )
+        else:
+            dst = dst_slot.to(tl.int64)
+            tl.store(part_acc_ptr + (dst * ROWS + c_row) * D_PAD + c_d, a_run)
+            first_col = c_d == 0
+            tl.store(part_ml_ptr + (dst * ROWS + c_row) * 2, m_run, mask=first_col)
+            tl.store(part_ml_ptr + (dst * ROWS + c_row) * 2 + 1, l_run, mask=first_col)
 
 
-@triton.jit
-def _pa_v2_fold_reduce_kernel(
-    out_ptr,
-    exp_sums_ptr,
-    max_logits_ptr,
-    tmp_out_ptr,
-    sub_es_ptr,
-    sub_ml_ptr,
-    sub_to_ptr,
-    seq_lens_ptr,
-    num_heads,
-    stride_os,
-    stride_oh,
-    stride_od,
-    stride_es_s,
-    stride_es_h,
-    stride_es_p,
-    stride_ml_s,
-    stride_ml_h,
-    stride_ml_p,
-    stride_to_s,
-    stride_to_h,
-    stride_to_p,
-    stride_to_d,
-    stride_ss_s,
-    stride_ss_h,
-    stride_ss_p,
-    stride_st_s,
-    stride_st_h,
-    stride_st_p,
-    stride_st_d,
-    HEAD_SIZE: tl.constexpr,
-    D_BLK: tl.constexpr,
-    PART: tl.constexpr,
-    SPLIT: tl.constexpr,
-    P_MAX: tl.constexpr,
-    P_CHUNK: tl.constexpr,
-):
-    # Split path: SPLIT sub-partitions per 512-token partition sit in the scratch buffers
-    # (same layout as vLLM's, PART // SPLIT tokens each; empty ones hold m=-inf, l=0).
-    # Fold each group into vLLM's partition buffers (tmp_out normalized by the
-    # partition's own exp-sum) and reduce the partitions into out, in one pass.
-    pid = tl.program_id(0)
-    seq = pid // num_heads
-    h = pid % num_heads
-    d_blk = tl.program_id(1)
-    d = d_blk * D_BLK + tl.arange(0, D_BLK)
-    d_ok = d < HEAD_SIZE
-    seq_len = tl.load(seq_lens_ptr + seq)
-    num_parts = (seq_len + PART - 1) // PART
-    num_subs = num_parts * SPLIT
-    sml_base = sub_ml_ptr + seq * stride_ss_s + h * stride_ss_h
-    ses_base = sub_es_ptr + seq * stride_ss_s + h * stride_ss_h
-    sto_base = sub_to_ptr + seq * stride_st_s + h * stride_st_h
-    ml_base = max_logits_ptr + seq * stride_ml_s + h * stride_ml_h
-    es_base = exp_sums_ptr + seq * stride_es_s + h * stride_es_h
-    to_base = tmp_out_ptr + seq * stride_to_s + h * stride_to_h
-
-    m_all = _max_of(sml_base, stride_ss_p, num_subs, P_MAX)
-
-    den = tl.zeros([P_CHUNK], dtype=tl.float32)
-    acc = tl.zeros([P_CHUNK, D_BLK], dtype=tl.float32)
-    for c in range(0, (num_parts + P_CHUNK - 1) // P_CHUNK):
-        p = c * P_CHUNK + tl.arange(0, P_CHUNK)
-        p_ok = p < num_parts
-        m_p = tl.zeros([P_CHUNK], dtype=tl.float32) - float("inf")
-        for s in range(0, SPLIT):
-            ml = tl.load(sml_base + (p * SPLIT + s) * stride_ss_p, mask=p_ok, other=float("-inf"))
-            m_p = tl.maximum(m_p, ml)
-        m_p = tl.where(p_ok, m_p, 0.0)  # finite wherever p_ok: sub 0 is never empty
-        l_p = tl.zeros([P_CHUNK], dtype=tl.float32)
-        a_p = tl.zeros([P_CHUNK, D_BLK], dtype=tl.float32)
-        for s in range(0, SPLIT):
-            sub = p * SPLIT + s
-            ml = tl.load(sml_base + sub * stride_ss_p, mask=p_ok, other=float("-inf"))
-            es = tl.load(ses_base + sub * stride_ss_p, mask=p_ok, other=0.0)
-            w_s = tl.where(p_ok, tl.exp(ml - m_p) * es, 0.0)
-            t = tl.load(
-                sto_base + sub[:, None] * stride_st_p + d[None, :] * stride_st_d,
-                mask=p_ok[:, None] & d_ok[None, :],
-                other=0.0,
-            ).to(tl.float32)
-            l_p += w_s
-            a_p += w_s[:, None] * t
-        t_p = a_p / tl.where(l_p > 0, l_p, 1.0)[:, None]
-        tl.store(
-            to_base + p[:, None] * stride_to_p + d[None, :] * stride_to_d,
-            t_p.to(tmp_out_ptr.dtype.element_ty),
-            mask=p_ok[:, None] & d_ok[None, :],
-        )
-        first = p_ok & (d_blk == 0)
-        tl.store(es_base + p * stride_es_p, l_p, mask=first)
-        tl.store(ml_base + p * stride_ml_p, m_p, mask=first)
-        w = tl.where(p_ok, tl.exp(m_p - m_all) * l_p, 0.0)
-        den += w
-        acc += w[:, None] * t_p
-    total = tl.sum(den, 0)
-    total = tl.where(total > 0, total, 1.0)
-    res = tl.sum(acc, 0) / total
-    tl.store(
-        out_ptr + seq * stride_os + h * stride_oh + d * stride_od,
-        res.to(out_ptr.dtype.element_ty),
-        mask=d_ok,
-    )
+# --------------------------------------------------------------------------- launcher
 
 
 def _next_pow2(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())
 
 
-class LaunchConfig(NamedTuple):
-    """How the partition kernel is launched.
-
-    tile: tokens per loop step; warps/stages: Triton's num_warps/num_stages; early_v: issue
-    the V load before the QK product; split: programs per 512-token partition (> 1 = the
-    split path); prefetch: 0 none, 1 block ids one tile ahead, 2 block ids and K/V one
-    tile ahead (register double buffer); k3d: load K tiles in memory order, whole lines per
-    load instruction (Triton >= 3.0; older Triton keeps the 2-D load).
-    """
-
-    tile: int
-    warps: int
-    stages: int
-    early_v: bool = True
-    split: int = 1
-    prefetch: int = 0
-    k3d: bool = False
-
-
-# Launch configs, picked from CUDA-graph-timed runs on an H200 (docs/kernel-notes.md).
-# Programs = seqs * kv_heads * partitions; tables keyed by padded head size.
-#
-# Triton >= 3.0 (K tiles loaded in memory order, runs v8-v9): (64,2,1) below 4096
-# programs (one 100K sequence: 124.4 us, one 32K sequence: 52.0 us), 32-token tiles on one
-# warp with block ids prefetched from 4096 programs on (8x32K: 264.9 us, 64x4K: 270.9 us),
-# (32,4,1) + block-id prefetch at head 256 (73.5 us).
-K3D_CONFIGS: Dict[int, LaunchConfig] = {
-    32: LaunchConfig(64, 2, 1, True, k3d=True),
-    64: LaunchConfig(64, 2, 1, True, k3d=True),
-    128: LaunchConfig(64, 2, 1, True, k3d=True),
-    256: LaunchConfig(32, 4, 1, True, prefetch=1, k3d=True),
-}
-K3D_MANY_PROGRAMS = 4096
-K3D_MANY_PROGRAMS_CONFIG = LaunchConfig(32, 1, 1, True, prefetch=1, k3d=True)
-# 64 rows per program (33-64+ query heads per kv head: MQA models), head <= 128: four warps
-# spread the [64, D] accumulator; the 1-2 warp configs above spill there (run v18: 3.5x
-# faster at 128 x 16K tokens, 1.3-1.7x at 1024 and 196 programs).
-K3D_WIDE_GROUP_CONFIG = LaunchConfig(64, 4, 1, True, k3d=True)
-K3D_WIDE_GROUP_MANY_CONFIG = LaunchConfig(32, 4, 1, True, prefetch=1, k3d=True)
-#
-# Older Triton (2-D K load; runs v4-v6): few warps and 1-2 stages let more programs share
-# an SM.
-DEFAULT_CONFIGS: Dict[int, LaunchConfig] = {
-    32: LaunchConfig(64, 2, 1, True),
-    64: LaunchConfig(64, 2, 1, True),
-    128: LaunchConfig(64, 2, 1, True),
-    256: LaunchConfig(32, 2, 1, True),
-}
-FALLBACK_CONFIG = LaunchConfig(32, 2, 1, True)
-# Enough programs to fill the GPU several times over: 16-token tiles, one warp each.
-MANY_PROGRAMS = 1024
-MANY_PROGRAMS_CONFIG = LaunchConfig(16, 1, 2, True)
-# Between MANY_PROGRAMS and this (e.g. one 100K sequence, 8 kv heads: 1568 programs) one
-# stage without the early V load measured 5% faster (v5: 135.4 vs 142.9 us); from about
-# 4096 programs on it is 7% slower, so it stops there (docs/kernel-notes.md, v5/v6).
-MID_PROGRAMS_LIMIT = 4096
-MID_PROGRAMS_CONFIG = LaunchConfig(16, 1, 1, False)
-# 64 rows per program, head <= 128: four warps (run v19, 2-D loads on an H200: 2.1-2.3x
-# faster than the configs above at 1024 and 4096 programs, 2x at 196).  The same row count
-# switches the k3d table to K3D_WIDE_GROUP_*.
-WIDE_GROUP_ROWS = 64
-WIDE_GROUP_CONFIG = LaunchConfig(64, 4, 1, True)
-WIDE_GROUP_MANY_CONFIG = LaunchConfig(32, 4, 1, True)
-# Split path: with fewer than SPLIT_BELOW_PROGRAMS_PER_SM * (SM count) programs, each
-# 512-token partition is computed by `split` programs (PART / split tokens each) into a
-# scratch buffer, then folded into vLLM's partition buffers and reduced in one kernel.
-# 0 disables it: off, since on an H200 (run v5) no split config beat the unsplit defaults
-# by more than 1% at any benchmark shape; kept, GPU-tested, for other GPUs (fewer SMs,
-# other latencies).  Keyed by padded head size.
-SPLIT_BELOW_PROGRAMS_PER_SM = 0
-SPLIT_CONFIGS: Dict[int, LaunchConfig] = {
-    d: LaunchConfig(32, 2, 1, True, split=2) for d in (32, 64, 128, 256)
-}
-# The reduce kernel loads every partition of a sequence at once (one round trip) up to
-# this many partitions (256 x 512 = 128K tokens); longer sequences loop over chunks.
-REDUCE_SINGLE_PASS_MAX = 256
-_config_override: Optional[LaunchConfig] = None
-_use_hints = True
-_sm_counts: Dict[int, int] = {}
 MAX_GROUP_ROWS = 64
 # tl.permute / 3-D reshape arrived in Triton 3.0; older Triton keeps the 2-D K load.
 HAS_PERMUTE = hasattr(tl, "permute")
+TRITON_MAJOR = int(triton.__version__.split(".")[0])
 _k3d_state = {"disabled": False}
+_fast = {"enabled": TRITON_MAJOR >= 3}
 
 
 def k3d_enabled() -> bool:
-    """Whether launches use the k3d K load (and the tables tuned for it)."""
+    """Whether launches load K tiles in memory order (Triton >= 3, not failed here)."""
     return HAS_PERMUTE and not _k3d_state["disabled"]
 
 
-def set_config_override(config: Optional[Sequence]) -> None:
-    """Force a launch config (a LaunchConfig or a tuple of 3-6 of its fields) for every
-    launch; None restores the defaults."""
-    global _config_override
-    _config_override = None if config is None else LaunchConfig(*config)
-
-
-def _sm_count(device: torch.device) -> int:
-    idx = device.index if device.index is not None else torch.cuda.current_device()
-    n = _sm_counts.get(idx)
-    if n is None:
-        n = _sm_counts[idx] = int(torch.cuda.get_device_properties(idx).multi_processor_count)
-    return n
-
-
 def group_rows(queries_per_kv: int) -> int:
-    """Rows of one partition program: its kv head's query heads, padded to a power of two
-    >= 16 (``tl.dot``'s minimum) and capped at MAX_GROUP_ROWS (larger groups take several
-    programs)."""
+    """Rows of one segment: its kv head's query heads padded to a power of two >= 16
+    (``tl.dot``'s minimum), capped at MAX_GROUP_ROWS (larger groups take several segments)."""
     return max(16, min(_next_pow2(queries_per_kv), MAX_GROUP_ROWS))
 
 
-def pick_config(
-    programs: int, d_pad: int, device: Optional[torch.device] = None, g_pad: int = 16
-) -> LaunchConfig:
-    """The launch config for ``programs`` partition programs at padded head size ``d_pad``
-    with ``g_pad`` rows (query heads per kv head, padded) per program."""
-    if _config_override is not None:
-        return _config_override
-    if (
-        SPLIT_BELOW_PROGRAMS_PER_SM > 0
-        and d_pad in SPLIT_CONFIGS
-        and device is not None
-        and device.type == "cuda"
-        and programs < SPLIT_BELOW_PROGRAMS_PER_SM * _sm_count(device)
-    ):
-        return SPLIT_CONFIGS[d_pad]
-    if k3d_enabled():
-        if g_pad >= WIDE_GROUP_ROWS and d_pad <= 128:
-            many = programs >= K3D_MANY_PROGRAMS
-            return K3D_WIDE_GROUP_MANY_CONFIG if many else K3D_WIDE_GROUP_CONFIG
-        if programs >= K3D_MANY_PROGRAMS and d_pad <= 128:
-            return K3D_MANY_PROGRAMS_CONFIG
-        return K3D_CONFIGS.get(d_pad, FALLBACK_CONFIG._replace(k3d=True))
-    if g_pad >= WIDE_GROUP_ROWS and d_pad <= 128:
-        return WIDE_GROUP_MANY_CONFIG if programs >= MANY_PROGRAMS else WIDE_GROUP_CONFIG
-    if MANY_PROGRAMS <= programs < MID_PROGRAMS_LIMIT and d_pad <= 128:
-        return MID_PROGRAMS_CONFIG
-    if programs >= MANY_PROGRAMS and d_pad <= 128:
-        return MANY_PROGRAMS_CONFIG
-    return DEFAULT_CONFIGS.get(d_pad, FALLBACK_CONFIG)
+class UnsupportedLayout(ValueError):
+    """A tensor layout the kernel does not address (the dispatcher falls back to torch)."""
 
 
-def paged_attention_v2_triton(*args: Any, **kwargs: Any) -> None:
-    """vLLM's paged_attention_v2 on CUDA tensors (arguments already normalized).
+class _Scratch:
+    """Per-device partial buffers and counters, grown on demand and never freed while the
+    process lives: a captured CUDA graph may still point at an older one.  Counters are
+    zero at rest (each use resets its own), so one zeroed buffer serves every shape."""
 
-    On Triton >= 3.0 the k3d kernels go first; if they fail to compile or launch (a vendor
-    Triton that has tl.permute but cannot lower it) the call is retried once with the 2-D K
-    load and the launch tables tuned for it, and if that works k3d stays off for the rest
-    of the process (one warning).  A failure of both is raised (the dispatcher then falls
-    back to the PyTorch path).  Arguments: those of ``_launch``.
+    def __init__(self) -> None:
+        self.by_device: Dict[Any, Tuple[Any, Any, Any]] = {}
+        self.retired: List[Any] = []
+
+    def get(self, device, acc_floats: int, ml_floats: int, counters_needed: int):
+        held = self.by_device.get(device)
+        if held is not None:
+            acc, ml, counters = held
+            big_enough = acc.numel() >= acc_floats and ml.numel() >= ml_floats
+            if big_enough and counters.numel() >= counters_needed:
+                return held
+            self.retired.append(held)
+        import torch
+
+        acc = torch.empty(max(acc_floats, 1 << 16), dtype=torch.float32, device=device)
+        ml = torch.empty(max(ml_floats, 1 << 12), dtype=torch.float32, device=device)
+        counters = torch.zeros(max(counters_needed, 8192), dtype=torch.int32, device=device)
+        held = self.by_device[device] = (acc, ml, counters)
+        return held
+
+
+_scratch = _Scratch()
+_sm_counts: Dict[Any, int] = {}
+
+
+def sm_count(device) -> int:
+    n = _sm_counts.get(device)
+    if n is None:
+        import torch
+
+        idx = device.index if device.index is not None else torch.cuda.current_device()
+        n = _sm_counts[device] = int(torch.cuda.get_device_properties(idx).multi_processor_count)
+    return n
+
+
+class _Plan:
+    """What is fixed for one (shape, layout, dtype, config): built once, so a call only
+    gathers its tensors and the grid size."""
+
+    __slots__ = ("constexprs", "const_values", "options", "strides", "target", "segments")
+    __slots__ += ("rows", "d_pad", "compiled", "device")
+
+    def __init__(self, call: DecodeCall, config: FusedConfig, k3d: bool) -> None:
+        query, key_cache, value_cache = call.query, call.key_cache, call.value_cache
+        out, block_size = call.out, call.block_size
+        num_seqs, num_heads, head_size = query.shape
+        ks, vs = key_cache.stride(), value_cache.stride()
+        if query.stride(2) != 1 or out.stride(2) != 1 or ks[4] != 1 or vs[3] != 1:
+            raise UnsupportedLayout(
+                "paged_attention_v2 (Triton): query/out rows, K's x vectors and V's token "
+                "runs must be contiguous (vLLM's layouts are)"
+            )
+        qpk = num_heads // call.num_kv_heads
+        g_pad = group_rows(qpk)
+        n_gc = (qpk + g_pad - 1) // g_pad
+        tile, warps, stages, early_v, prefetch, _, pps, group = config
+        f32_split = key_cache.dtype.itemsize == 4
+        if f32_split:
+            tile = min(tile, 64)
+        x = key_cache.shape[4]
+        self.device = query.device
+        self.segments = num_seqs * call.num_kv_heads * n_gc
+        self.target = sm_count(query.device) * pps
+        # vLLM's dense cache layouts: x elements contiguous in K, block_size tokens in V,
+        # every block/head/row start aligned to them.
+        hints = all(v % x == 0 for v in ks[:4]) and all(v % block_size == 0 for v in vs[:3])
+        self.strides = (out.stride(0), out.stride(1), query.stride(0), query.stride(1))
+        self.strides += (ks[0], ks[1], ks[2], ks[3], vs[0], vs[1], vs[2])
+        self.strides += (call.block_tables.stride(0),)
+        self.rows = min(g_pad, _next_pow2(qpk))
+        self.d_pad = max(16, _next_pow2(head_size))
+        rb = max(1, min(self.rows, 2048 // self.d_pad))
+        self.constexprs = dict(
+            NUM_KV_HEADS=call.num_kv_heads,
+            QUERIES_PER_KV=qpk,
+            G_PAD=g_pad,
+            N_GC=n_gc,
+            ROWS=self.rows,
+            HEAD_SIZE=head_size,
+            D_PAD=self.d_pad,
+            X=x,
+            BLOCK_SIZE=block_size,
+            TILE=tile,
+            S_PAD=max(16, _next_pow2(num_seqs)),
+            R_CHUNK=max(1, min(group, 4096 // (rb * self.d_pad))),
+            RB=rb,
+            GROUP=group,
+            USE_ALIBI=call.alibi_slopes is not None,
+            F32_SPLIT=f32_split,
+            CONTIG_HINTS=hints,
+            EARLY_V=bool(early_v),
+            PREFETCH=int(prefetch),
+            K_3D=k3d,
+        )
+        self.const_values = tuple(self.constexprs.values())
+        self.options = dict(num_warps=warps, num_stages=stages)
+        self.compiled = None
+
+
+_plans: Dict[tuple, _Plan] = {}
+
+
+def _plan_key(call: DecodeCall, config: FusedConfig, k3d: bool) -> tuple:
+    # Everything the plan and Triton's specialization depend on: shapes, strides, dtypes,
+    # devices, and the data pointers' 16-byte alignment.
+    q, out, kc, vc = call.query, call.out, call.key_cache, call.value_cache
+    return (
+        q.shape,
+        q.stride(),
+        out.stride(),
+        kc.shape,
+        kc.stride(),
+        vc.stride(),
+        call.block_tables.stride(0),
+        kc.dtype,
+        q.dtype,
+        out.dtype,
+        call.alibi_slopes is None,
+        q.device,
+        call.num_kv_heads,
+        config,
+        k3d,
+        (out.data_ptr() | q.data_ptr() | kc.data_ptr() | vc.data_ptr()) & 15,
+    )
+
+
+def _launch(call: DecodeCall, config: FusedConfig, k3d: bool) -> None:
+    key = _plan_key(call, config, k3d)
+    plan = _plans.get(key)
+    if plan is None:
+        plan = _plans[key] = _Plan(call, config, k3d)
+    tile = plan.constexprs["TILE"]
+    programs = min(plan.target, plan.segments * max(1, (call.max_seq_len + tile - 1) // tile))
+    slots = programs + plan.segments
+    acc_buf, ml_buf, counters = _scratch.get(
+        plan.device, slots * plan.rows * plan.d_pad, slots * plan.rows * 2, plan.segments + slots
+    )
+    seq_lens = call.seq_lens
+    alibi_arg = call.alibi_slopes if call.alibi_slopes is not None else seq_lens
+    args = (call.out, call.query, call.key_cache, call.value_cache, call.block_tables, seq_lens)
+    args += (alibi_arg, acc_buf, ml_buf, counters, call.scale, call.query.shape[0])
+    args += plan.strides
+    compiled = plan.compiled
+    if compiled is not None and _fast["enabled"]:
+        try:
+            compiled[(programs, 1, 1)](*args, *plan.const_values)
+            return
+        except Exception as exc:  # a Triton whose launcher differs: plain launches from now
+            _fast["enabled"] = False
+            log.info("vllm-codemod: Triton's compiled-kernel launcher is unusable here (%s)", exc)
+    plan.compiled = _pa_decode_kernel[(programs,)](*args, **plan.constexprs, **plan.options)
+
+
+def run(call: DecodeCall, config: Optional[FusedConfig] = None) -> None:
+    """Write ``call.out`` with one launch of the fused kernel.
+
+    The first call for a (shape, layout, dtype, config) goes through Triton's normal launch,
+    which binds and specializes every argument; later calls reuse the compiled kernel
+    through its launcher (Triton >= 3), skipping that per-call work.  The alignment of the
+    data pointers and the stride values are part of the plan key, so a reused kernel is
+    always one Triton would have picked itself.
+
+    On Triton >= 3.0 the k3d K load goes first; if it fails to compile or launch (a vendor
+    Triton that has tl.permute but cannot lower it) the call is retried once with the 2-D
+    load, and if that works k3d stays off for the rest of the process (one log line).  A
+    failure of both is raised (the dispatcher then falls back to the PyTorch path).
     """
-    if not k3d_enabled():
-        _launch(*args, **kwargs)
+    if config is None:
+        d_pad = max(16, _next_pow2(call.query.shape[2]))
+        g_pad = group_rows(call.query.shape[1] // call.num_kv_heads)
+        config = pick_config(d_pad, g_pad)
+    k3d = bool(config.k3d) and k3d_enabled()
+    if not k3d:
+        _launch(call, config, False)
         return
     try:
-        _launch(*args, **kwargs)
+        _launch(call, config, True)
+    except UnsupportedLayout:
+        raise
     except Exception as exc:
+        _launch(call, config, False)  # raises when the 2-D load fails too
         _k3d_state["disabled"] = True
-        try:
-            _launch(*args, **kwargs)
-        except Exception:
-            _k3d_state["disabled"] = False  # not k3d's fault: leave it on for other calls
-            raise
-        warnings.warn(
-            "vllm-codemod paged_attention_v2: the k3d Triton kernel failed "
-            f"({type(exc).__name__}: {str(exc)[:200]}); using the 2-D K load from now on",
-            RuntimeWarning,
-            stacklevel=2,
+        log.warning(
+            "vllm-codemod paged_attention_v2: the k3d Triton kernel failed (%s: %s); using "
+            "the 2-D K load from now on",
+            type(exc).__name__,
+            str(exc)[:200],
         )
-
-
-def _launch(
-    out: torch.Tensor,
-    exp_sums: torch.Tensor,
-    max_logits: torch.Tensor,
-    tmp_out: torch.Tensor,
-    query: torch.Tensor,
-    key_cache: torch.Tensor,
-    value_cache: torch.Tensor,
-    num_kv_heads: int,
-    scale: float,
-    block_tables: torch.Tensor,
-    seq_lens: torch.Tensor,
-    block_size: int,
-    max_seq_len: int,
-    alibi_slopes: Optional[torch.Tensor] = None,
-) -> None:
-    num_seqs, num_heads, head_size = query.shape
-    qpk = num_heads // num_kv_heads
-    g_pad = group_rows(qpk)
-    n_gc = (qpk + g_pad - 1) // g_pad
-    d_pad = max(16, _next_pow2(head_size))
-    x = key_cache.shape[4]
-    num_parts = (max_seq_len + PARTITION_SIZE - 1) // PARTITION_SIZE
-    programs = num_seqs * num_kv_heads * n_gc * num_parts
-    tile, warps, stages, early_v, split, prefetch, k3d = pick_config(
-        programs, d_pad, query.device, g_pad
-    )
-    split = max(1, int(split))
-    # Sub-partitions must hold whole blocks (the contiguity hints and the block-granular
-    # table loads assume tiles never straddle a sub-partition start mid-block).
-    while split > 1 and (PARTITION_SIZE // split) % block_size:
-        split //= 2
-    part = PARTITION_SIZE // split
-    tile = min(tile, part)
-    f32_split = key_cache.dtype == torch.float32
-    if f32_split:
-        tile = min(tile, 64)
-    if seq_lens.dtype not in (torch.int32, torch.int64):
-        seq_lens = seq_lens.to(torch.int32)
-    use_alibi = alibi_slopes is not None
-    if use_alibi and alibi_slopes.dtype != torch.float32:
-        alibi_slopes = alibi_slopes.to(torch.float32)
-    alibi_arg = alibi_slopes if use_alibi else seq_lens  # dummy pointer when unused
-    ks, vs = key_cache.stride(), value_cache.stride()
-    # Contiguity hints hold for vLLM's dense cache layouts: x elements contiguous in K,
-    # block_size tokens contiguous in V, every block/head/row start aligned to them.
-    hints = _use_hints and (
-        ks[4] == 1
-        and all(v % x == 0 for v in (ks[0], ks[1], ks[2], ks[3]))
-        and vs[3] == 1
-        and all(v % block_size == 0 for v in (vs[0], vs[1], vs[2]))
-    )
-    if split > 1:  # partition programs write sub-partitions into scratch buffers
-        p_es = torch.empty(
-            (2, num_seqs, num_heads, num_parts * split), dtype=torch.float32, device=query.device
-        )
-        p_ml = p_es[1]
-        p_es = p_es[0]
-        p_to = torch.empty(
-            (num_seqs, num_heads, num_parts * split, head_size),
-            dtype=tmp_out.dtype,
-            device=query.device,
-        )
-    else:
-        p_es, p_ml, p_to = exp_sums, max_logits, tmp_out
-
-    grid = (num_seqs * num_kv_heads * n_gc, num_parts * split)
-    _pa_v2_partition_kernel[grid](
-        p_es,
-        p_ml,
-        p_to,
-        query,
-        key_cache,
-        value_cache,
-        block_tables,
-        seq_lens,
-        alibi_arg,
-        scale,
-        num_kv_heads,
-        n_gc,
-        query.stride(0),
-        query.stride(1),
-        query.stride(2),
-        key_cache.stride(0),
-        key_cache.stride(1),
-        key_cache.stride(2),
-        key_cache.stride(3),
-        key_cache.stride(4),
-        value_cache.stride(0),
-        value_cache.stride(1),
-        value_cache.stride(2),
-        value_cache.stride(3),
-        block_tables.stride(0),
-        p_es.stride(0),
-        p_es.stride(1),
-        p_es.stride(2),
-        p_ml.stride(0),
-        p_ml.stride(1),
-        p_ml.stride(2),
-        p_to.stride(0),
-        p_to.stride(1),
-        p_to.stride(2),
-        p_to.stride(3),
-        QUERIES_PER_KV=qpk,
-        G_PAD=g_pad,
-        HEAD_SIZE=head_size,
-        D_PAD=d_pad,
-        X=x,
-        BLOCK_SIZE=block_size,
-        PART=part,
-        TILE=tile,
-        USE_ALIBI=use_alibi,
-        F32_SPLIT=f32_split,
-        CONTIG_HINTS=hints,
-        EARLY_V=bool(early_v),
-        STORE_ALL=split > 1,
-        PREFETCH=int(prefetch),
-        K_3D=bool(k3d) and k3d_enabled(),
-        num_warps=warps,
-        num_stages=stages,
-    )
-    d_blk = min(32, d_pad)
-    buf_strides = (
-        out.stride(0),
-        out.stride(1),
-        out.stride(2),
-        exp_sums.stride(0),
-        exp_sums.stride(1),
-        exp_sums.stride(2),
-        max_logits.stride(0),
-        max_logits.stride(1),
-        max_logits.stride(2),
-        tmp_out.stride(0),
-        tmp_out.stride(1),
-        tmp_out.stride(2),
-        tmp_out.stride(3),
-    )
-    reduce_grid = (num_seqs * num_heads, d_pad // d_blk)
-    if split > 1:
-        _pa_v2_fold_reduce_kernel[reduce_grid](
-            out,
-            exp_sums,
-            max_logits,
-            tmp_out,
-            p_es,
-            p_ml,
-            p_to,
-            seq_lens,
-            num_heads,
-            *buf_strides,
-            p_es.stride(0),
-            p_es.stride(1),
-            p_es.stride(2),
-            p_to.stride(0),
-            p_to.stride(1),
-            p_to.stride(2),
-            p_to.stride(3),
-            HEAD_SIZE=head_size,
-            D_BLK=d_blk,
-            PART=PARTITION_SIZE,
-            SPLIT=split,
-            P_MAX=max(16, min(512, _next_pow2(num_parts * split))),
-            P_CHUNK=32,
-            num_warps=4,
-        )
-        return
-    _pa_v2_reduce_kernel[reduce_grid](
-        out,
-        exp_sums,
-        max_logits,
-        tmp_out,
-        seq_lens,
-        num_heads,
-        min(exp_sums.shape[2], max_logits.shape[2], tmp_out.shape[2]),
-        *buf_strides,
-        HEAD_SIZE=head_size,
-        D_BLK=d_blk,
-        PART=PARTITION_SIZE,
-        P_MAX=max(16, min(512, _next_pow2(num_parts))),
-        P_CHUNK=32,
-        SINGLE_PASS=num_parts <= REDUCE_SINGLE_PASS_MAX,
-        num_warps=4,
-    )
