@@ -284,6 +284,8 @@ def main():
             )
         del a, b
         torch.cuda.empty_cache()
+        with open(out_path, "w") as fh:
+            json.dump(results, fh, indent=1, default=str)
     results["resources"] = resources("")
     # Host cost: 1000 eager calls, small shape, through each entry point.
     a = make([1024], 32, 8, 128)
