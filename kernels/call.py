@@ -21,7 +21,17 @@ _FP8_NAMES = {
     "fp8_e4m3": "float8_e4m3fn",
     "fp8_e5m2": "float8_e5m2",
 }
-_PLAIN_NAMES = {"auto", "fp16", "float16", "half", "bf16", "bfloat16", "fp32", "float32", "float"}
+PLAIN_CACHE_DTYPES = _PLAIN_NAMES = {
+    "auto",
+    "fp16",
+    "float16",
+    "half",
+    "bf16",
+    "bfloat16",
+    "fp32",
+    "float32",
+    "float",
+}
 _CANONICAL_SET = frozenset(CANONICAL_PARAMETERS)
 _N_CANONICAL = len(CANONICAL_PARAMETERS)
 _UNSET = object()
@@ -100,16 +110,32 @@ def bind(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Dict[str, Any]:
     return bound
 
 
+_DEFAULT_TAIL = tuple(_DEFAULTS[n] for n in CANONICAL_PARAMETERS[13:])
+
+
+def _int(value: Any, name: str) -> int:
+    return value if type(value) is int else _as_int(value, name)
+
+
 def build(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> DecodeCall:
-    """The call object for vLLM's arguments; refuses what the kernels do not implement."""
-    bound = bind(args, kwargs)
-    for name, default in _DEFAULTS.items():
-        bound.setdefault(name, default)
-    missing = [n for n in CANONICAL_PARAMETERS[:13] if n not in bound]
-    if missing:
-        raise TypeError(f"paged_attention_v2: missing argument(s) {', '.join(missing)}")
-    local_blocks = bound["blocksparse_local_blocks"]
-    vert_stride = bound["blocksparse_vert_stride"]
+    """The call object for vLLM's arguments; refuses what the kernels do not implement.
+
+    vLLM passes every argument positionally; that path builds the call straight from the
+    tuple (this runs once per decode call, so it is kept short).
+    """
+    if kwargs or len(args) < 13:
+        bound = bind(args, kwargs)
+        missing = [n for n in CANONICAL_PARAMETERS[:13] if n not in bound]
+        if missing:
+            raise TypeError(f"paged_attention_v2: missing argument(s) {', '.join(missing)}")
+        args = tuple(bound.get(n, _DEFAULTS.get(n)) for n in CANONICAL_PARAMETERS)
+    elif len(args) < _N_CANONICAL:
+        args = tuple(args) + _DEFAULT_TAIL[len(args) - 13 :]
+    elif len(args) > _N_CANONICAL:
+        raise TypeError("paged_attention_v2: too many positional arguments")
+    (out, exp_sums, max_logits, tmp_out, query, key_cache, value_cache, num_kv_heads, scale,
+     block_tables, seq_lens, block_size, max_seq_len, alibi_slopes, kv_cache_dtype, k_scale,
+     v_scale, _tp_rank, local_blocks, vert_stride, _, _) = args  # fmt: skip
     if local_blocks or (vert_stride and vert_stride != 1):
         local_blocks = _as_int(local_blocks, "blocksparse_local_blocks")
         vert_stride = _as_int(vert_stride, "blocksparse_vert_stride")
@@ -120,27 +146,26 @@ def build(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> DecodeCall:
                 f"blocksparse_vert_stride={vert_stride}) is not implemented; only dense "
                 "attention is supported"
             )
-    scale = bound["scale"]
-    if isinstance(scale, torch.Tensor):
-        scale = scale.item()
+    if type(scale) is not float:
+        scale = float(scale.item() if isinstance(scale, torch.Tensor) else scale)
     return DecodeCall(
-        out=bound["out"],
-        exp_sums=bound["exp_sums"],
-        max_logits=bound["max_logits"],
-        tmp_out=bound["tmp_out"],
-        query=bound["query"],
-        key_cache=bound["key_cache"],
-        value_cache=bound["value_cache"],
-        num_kv_heads=_as_int(bound["num_kv_heads"], "num_kv_heads"),
-        scale=float(scale),
-        block_tables=bound["block_tables"],
-        seq_lens=bound["seq_lens"],
-        block_size=_as_int(bound["block_size"], "block_size"),
-        max_seq_len=_as_int(bound["max_seq_len"], "max_seq_len"),
-        alibi_slopes=bound["alibi_slopes"],
-        kv_cache_dtype=str(bound["kv_cache_dtype"]),
-        k_scale=bound["k_scale"],
-        v_scale=bound["v_scale"],
+        out,
+        exp_sums,
+        max_logits,
+        tmp_out,
+        query,
+        key_cache,
+        value_cache,
+        _int(num_kv_heads, "num_kv_heads"),
+        scale,
+        block_tables,
+        seq_lens,
+        _int(block_size, "block_size"),
+        _int(max_seq_len, "max_seq_len"),
+        alibi_slopes,
+        kv_cache_dtype if type(kv_cache_dtype) is str else str(kv_cache_dtype),
+        k_scale,
+        v_scale,
     )
 
 

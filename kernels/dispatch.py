@@ -79,7 +79,10 @@ def _triton_safe_for(dtype: torch.dtype, device: torch.device) -> bool:
 
 
 def _requested(backend: Optional[str]) -> str:
-    choice = (backend or os.environ.get(BACKEND_ENV, "") or "").strip().lower()
+    raw = backend or os.environ.get(BACKEND_ENV)
+    if not raw:
+        return "auto"
+    choice = raw.strip().lower()
     if choice not in ("", "auto", "triton", "torch"):
         raise ValueError(f"{BACKEND_ENV}={choice!r}: expected 'triton', 'torch' or unset")
     return choice or "auto"
@@ -87,7 +90,10 @@ def _requested(backend: Optional[str]) -> str:
 
 def choose_backend(c: DecodeCall, backend: Optional[str] = None) -> str:
     """'triton' or 'torch' for this call; a forced Triton that cannot run raises."""
-    choice = _requested(backend)
+    return _choose(c, _requested(backend))
+
+
+def _choose(c: DecodeCall, choice: str) -> str:
     if choice == "torch":
         return "torch"
     if choice == "triton":
@@ -104,8 +110,8 @@ def choose_backend(c: DecodeCall, backend: Optional[str] = None) -> str:
         return "triton"
     dtype = c.key_cache.dtype
     if (
-        c.query.device.type == "cuda"
-        and c.fp8_dtype is None
+        c.query.is_cuda
+        and (c.kv_cache_dtype in call_mod.PLAIN_CACHE_DTYPES or c.fp8_dtype is None)
         and dtype not in _triton_failed_dtypes
         and _triton_safe_for(dtype, c.query.device)
         and _triton_impl() is not None
@@ -126,11 +132,11 @@ def run(c: DecodeCall, backend: Optional[str] = None) -> str:
     call_mod.validate(c)
     if c.query.shape[0] == 0 or c.max_seq_len <= 0:
         return "none"
-    path = choose_backend(c, backend)
-    if path == "torch":
+    choice = _requested(backend)
+    if _choose(c, choice) == "torch":
         return _torch_path(c)
     impl = _triton_impl()
-    if _requested(backend) == "triton":
+    if choice == "triton":
         impl.run(c)
         return "triton"
     try:
