@@ -9,10 +9,9 @@ head: queries are grouped by kv head (GQA/MQA) and multiplied against the shared
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 
+from .call import DecodeCall
 from .signature import PARTITION_SIZE
 
 _WORKSET_BYTES = 96 << 20
@@ -24,25 +23,24 @@ def _scale_tensor(value, device) -> torch.Tensor:
     return torch.tensor(float(value), dtype=torch.float32, device=device)
 
 
-def paged_attention_v2_torch(
-    out: torch.Tensor,
-    exp_sums: torch.Tensor,
-    max_logits: torch.Tensor,
-    tmp_out: torch.Tensor,
-    query: torch.Tensor,
-    key_cache: torch.Tensor,
-    value_cache: torch.Tensor,
-    num_kv_heads: int,
-    scale: float,
-    block_tables: torch.Tensor,
-    seq_lens: torch.Tensor,
-    block_size: int,
-    max_seq_len: int,
-    alibi_slopes: Optional[torch.Tensor] = None,
-    fp8_dtype: Optional[torch.dtype] = None,
-    k_scale=1.0,
-    v_scale=1.0,
-) -> None:
+def paged_attention_v2_torch(c: DecodeCall) -> None:
+    """Write ``c.out`` and vLLM's partition buffers (``exp_sums``, ``max_logits``,
+    ``tmp_out``) for every partition the sequences cover."""
+    out, exp_sums, max_logits, tmp_out = c.out, c.exp_sums, c.max_logits, c.tmp_out
+    query, key_cache, value_cache = c.query, c.key_cache, c.value_cache
+    num_kv_heads, scale, block_tables, seq_lens = (
+        c.num_kv_heads,
+        c.scale,
+        c.block_tables,
+        c.seq_lens,
+    )
+    block_size, max_seq_len, alibi_slopes = c.block_size, c.max_seq_len, c.alibi_slopes
+    fp8_dtype, k_scale, v_scale = c.fp8_dtype, c.k_scale, c.v_scale
+    if c.num_partitions > tmp_out.shape[2] or c.num_partitions > exp_sums.shape[2]:
+        raise ValueError(
+            f"paged_attention_v2: max_seq_len={max_seq_len} needs {c.num_partitions} "
+            f"partitions, the buffers hold {tmp_out.shape[2]}"
+        )
     num_seqs, num_heads, head_size = query.shape
     kvh = num_kv_heads
     group = num_heads // kvh

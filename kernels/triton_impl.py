@@ -12,18 +12,23 @@ split product (hi*hi + hi*lo + lo*hi), so no TF32/precision keyword is needed.  
 exception, chosen at launch: on Triton >= 3.0 K tiles are loaded in memory order and
 permuted (``k3d``; tl.permute/3-D reshape), which keeps each load instruction on whole
 cache lines; older Triton gets the 2-D load and launch tables tuned for it.  Launch
-choices (``LaunchConfig``) and their measurements: docs/kernel-notes.md.
+choices: ``launch_tables.py``; measurements: docs/kernel-notes.md.
+
+A one-launch variant (balanced split-KV over a fixed grid, partials merged in-kernel
+through counters) was built and measured in session 4 and lost at every shape (run v21);
+see the notes for why.
 """
 
 from __future__ import annotations
 
-import warnings
-from typing import Any, Dict, NamedTuple, Optional, Sequence
+from typing import Any, Dict, Optional, Tuple
 
-import torch
 import triton
 import triton.language as tl
 
+from .call import DecodeCall
+from .launch_tables import LaunchConfig, config_override, pick_config
+from .log import log
 from .signature import PARTITION_SIZE
 
 
@@ -178,7 +183,6 @@ def _pa_v2_partition_kernel(
     F32_SPLIT: tl.constexpr,
     CONTIG_HINTS: tl.constexpr,
     EARLY_V: tl.constexpr,
-    STORE_ALL: tl.constexpr,
     PREFETCH: tl.constexpr,
     K_3D: tl.constexpr,
 ):
@@ -296,10 +300,7 @@ def _pa_v2_partition_kernel(
 
     l_safe = tl.where(l_i > 0, l_i, 1.0)
     res = acc / l_safe[:, None]
-    if STORE_ALL:  # split scratch: empty sub-partitions write m=-inf, l=0, out=0 too
-        st_rows = row_ok
-    else:
-        st_rows = row_ok & part_ok
+    st_rows = row_ok & part_ok
     to_ptrs = (
         tmp_out_ptr
         + seq * stride_to_s
@@ -421,219 +422,27 @@ def _pa_v2_reduce_kernel(
     )
 
 
-@triton.jit
-def _pa_v2_fold_reduce_kernel(
-    out_ptr,
-    exp_sums_ptr,
-    max_logits_ptr,
-    tmp_out_ptr,
-    sub_es_ptr,
-    sub_ml_ptr,
-    sub_to_ptr,
-    seq_lens_ptr,
-    num_heads,
-    stride_os,
-    stride_oh,
-    stride_od,
-    stride_es_s,
-    stride_es_h,
-    stride_es_p,
-    stride_ml_s,
-    stride_ml_h,
-    stride_ml_p,
-    stride_to_s,
-    stride_to_h,
-    stride_to_p,
-    stride_to_d,
-    stride_ss_s,
-    stride_ss_h,
-    stride_ss_p,
-    stride_st_s,
-    stride_st_h,
-    stride_st_p,
-    stride_st_d,
-    HEAD_SIZE: tl.constexpr,
-    D_BLK: tl.constexpr,
-    PART: tl.constexpr,
-    SPLIT: tl.constexpr,
-    P_MAX: tl.constexpr,
-    P_CHUNK: tl.constexpr,
-):
-    # Split path: SPLIT sub-partitions per 512-token partition sit in the scratch buffers
-    # (same layout as vLLM's, PART // SPLIT tokens each; empty ones hold m=-inf, l=0).
-    # Fold each group into vLLM's partition buffers (tmp_out normalized by the
-    # partition's own exp-sum) and reduce the partitions into out, in one pass.
-    pid = tl.program_id(0)
-    seq = pid // num_heads
-    h = pid % num_heads
-    d_blk = tl.program_id(1)
-    d = d_blk * D_BLK + tl.arange(0, D_BLK)
-    d_ok = d < HEAD_SIZE
-    seq_len = tl.load(seq_lens_ptr + seq)
-    num_parts = (seq_len + PART - 1) // PART
-    num_subs = num_parts * SPLIT
-    sml_base = sub_ml_ptr + seq * stride_ss_s + h * stride_ss_h
-    ses_base = sub_es_ptr + seq * stride_ss_s + h * stride_ss_h
-    sto_base = sub_to_ptr + seq * stride_st_s + h * stride_st_h
-    ml_base = max_logits_ptr + seq * stride_ml_s + h * stride_ml_h
-    es_base = exp_sums_ptr + seq * stride_es_s + h * stride_es_h
-    to_base = tmp_out_ptr + seq * stride_to_s + h * stride_to_h
-
-    m_all = _max_of(sml_base, stride_ss_p, num_subs, P_MAX)
-
-    den = tl.zeros([P_CHUNK], dtype=tl.float32)
-    acc = tl.zeros([P_CHUNK, D_BLK], dtype=tl.float32)
-    for c in range(0, (num_parts + P_CHUNK - 1) // P_CHUNK):
-        p = c * P_CHUNK + tl.arange(0, P_CHUNK)
-        p_ok = p < num_parts
-        m_p = tl.zeros([P_CHUNK], dtype=tl.float32) - float("inf")
-        for s in range(0, SPLIT):
-            ml = tl.load(sml_base + (p * SPLIT + s) * stride_ss_p, mask=p_ok, other=float("-inf"))
-            m_p = tl.maximum(m_p, ml)
-        m_p = tl.where(p_ok, m_p, 0.0)  # finite wherever p_ok: sub 0 is never empty
-        l_p = tl.zeros([P_CHUNK], dtype=tl.float32)
-        a_p = tl.zeros([P_CHUNK, D_BLK], dtype=tl.float32)
-        for s in range(0, SPLIT):
-            sub = p * SPLIT + s
-            ml = tl.load(sml_base + sub * stride_ss_p, mask=p_ok, other=float("-inf"))
-            es = tl.load(ses_base + sub * stride_ss_p, mask=p_ok, other=0.0)
-            w_s = tl.where(p_ok, tl.exp(ml - m_p) * es, 0.0)
-            t = tl.load(
-                sto_base + sub[:, None] * stride_st_p + d[None, :] * stride_st_d,
-                mask=p_ok[:, None] & d_ok[None, :],
-                other=0.0,
-            ).to(tl.float32)
-            l_p += w_s
-            a_p += w_s[:, None] * t
-        t_p = a_p / tl.where(l_p > 0, l_p, 1.0)[:, None]
-        tl.store(
-            to_base + p[:, None] * stride_to_p + d[None, :] * stride_to_d,
-            t_p.to(tmp_out_ptr.dtype.element_ty),
-            mask=p_ok[:, None] & d_ok[None, :],
-        )
-        first = p_ok & (d_blk == 0)
-        tl.store(es_base + p * stride_es_p, l_p, mask=first)
-        tl.store(ml_base + p * stride_ml_p, m_p, mask=first)
-        w = tl.where(p_ok, tl.exp(m_p - m_all) * l_p, 0.0)
-        den += w
-        acc += w[:, None] * t_p
-    total = tl.sum(den, 0)
-    total = tl.where(total > 0, total, 1.0)
-    res = tl.sum(acc, 0) / total
-    tl.store(
-        out_ptr + seq * stride_os + h * stride_oh + d * stride_od,
-        res.to(out_ptr.dtype.element_ty),
-        mask=d_ok,
-    )
-
-
 def _next_pow2(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())
 
 
-class LaunchConfig(NamedTuple):
-    """How the partition kernel is launched.
-
-    tile: tokens per loop step; warps/stages: Triton's num_warps/num_stages; early_v: issue
-    the V load before the QK product; split: programs per 512-token partition (> 1 = the
-    split path); prefetch: 0 none, 1 block ids one tile ahead, 2 block ids and K/V one
-    tile ahead (register double buffer); k3d: load K tiles in memory order, whole lines per
-    load instruction (Triton >= 3.0; older Triton keeps the 2-D load).
-    """
-
-    tile: int
-    warps: int
-    stages: int
-    early_v: bool = True
-    split: int = 1
-    prefetch: int = 0
-    k3d: bool = False
-
-
-# Launch configs, picked from CUDA-graph-timed runs on an H200 (docs/kernel-notes.md).
-# Programs = seqs * kv_heads * partitions; tables keyed by padded head size.
-#
-# Triton >= 3.0 (K tiles loaded in memory order, runs v8-v9): (64,2,1) below 4096
-# programs (one 100K sequence: 124.4 us, one 32K sequence: 52.0 us), 32-token tiles on one
-# warp with block ids prefetched from 4096 programs on (8x32K: 264.9 us, 64x4K: 270.9 us),
-# (32,4,1) + block-id prefetch at head 256 (73.5 us).
-K3D_CONFIGS: Dict[int, LaunchConfig] = {
-    32: LaunchConfig(64, 2, 1, True, k3d=True),
-    64: LaunchConfig(64, 2, 1, True, k3d=True),
-    128: LaunchConfig(64, 2, 1, True, k3d=True),
-    256: LaunchConfig(32, 4, 1, True, prefetch=1, k3d=True),
-}
-K3D_MANY_PROGRAMS = 4096
-K3D_MANY_PROGRAMS_CONFIG = LaunchConfig(32, 1, 1, True, prefetch=1, k3d=True)
-# 64 rows per program (33-64+ query heads per kv head: MQA models), head <= 128: four warps
-# spread the [64, D] accumulator; the 1-2 warp configs above spill there (run v18: 3.5x
-# faster at 128 x 16K tokens, 1.3-1.7x at 1024 and 196 programs).
-K3D_WIDE_GROUP_CONFIG = LaunchConfig(64, 4, 1, True, k3d=True)
-K3D_WIDE_GROUP_MANY_CONFIG = LaunchConfig(32, 4, 1, True, prefetch=1, k3d=True)
-#
-# Older Triton (2-D K load; runs v4-v6): few warps and 1-2 stages let more programs share
-# an SM.
-DEFAULT_CONFIGS: Dict[int, LaunchConfig] = {
-    32: LaunchConfig(64, 2, 1, True),
-    64: LaunchConfig(64, 2, 1, True),
-    128: LaunchConfig(64, 2, 1, True),
-    256: LaunchConfig(32, 2, 1, True),
-}
-FALLBACK_CONFIG = LaunchConfig(32, 2, 1, True)
-# Enough programs to fill the GPU several times over: 16-token tiles, one warp each.
-MANY_PROGRAMS = 1024
-MANY_PROGRAMS_CONFIG = LaunchConfig(16, 1, 2, True)
-# Between MANY_PROGRAMS and this (e.g. one 100K sequence, 8 kv heads: 1568 programs) one
-# stage without the early V load measured 5% faster (v5: 135.4 vs 142.9 us); from about
-# 4096 programs on it is 7% slower, so it stops there (docs/kernel-notes.md, v5/v6).
-MID_PROGRAMS_LIMIT = 4096
-MID_PROGRAMS_CONFIG = LaunchConfig(16, 1, 1, False)
-# 64 rows per program, head <= 128: four warps (run v19, 2-D loads on an H200: 2.1-2.3x
-# faster than the configs above at 1024 and 4096 programs, 2x at 196).  The same row count
-# switches the k3d table to K3D_WIDE_GROUP_*.
-WIDE_GROUP_ROWS = 64
-WIDE_GROUP_CONFIG = LaunchConfig(64, 4, 1, True)
-WIDE_GROUP_MANY_CONFIG = LaunchConfig(32, 4, 1, True)
-# Split path: with fewer than SPLIT_BELOW_PROGRAMS_PER_SM * (SM count) programs, each
-# 512-token partition is computed by `split` programs (PART / split tokens each) into a
-# scratch buffer, then folded into vLLM's partition buffers and reduced in one kernel.
-# 0 disables it: off, since on an H200 (run v5) no split config beat the unsplit defaults
-# by more than 1% at any benchmark shape; kept, GPU-tested, for other GPUs (fewer SMs,
-# other latencies).  Keyed by padded head size.
-SPLIT_BELOW_PROGRAMS_PER_SM = 0
-SPLIT_CONFIGS: Dict[int, LaunchConfig] = {
-    d: LaunchConfig(32, 2, 1, True, split=2) for d in (32, 64, 128, 256)
-}
-# The reduce kernel loads every partition of a sequence at once (one round trip) up to
-# this many partitions (256 x 512 = 128K tokens); longer sequences loop over chunks.
-REDUCE_SINGLE_PASS_MAX = 256
-_config_override: Optional[LaunchConfig] = None
-_use_hints = True
-_sm_counts: Dict[int, int] = {}
 MAX_GROUP_ROWS = 64
 # tl.permute / 3-D reshape arrived in Triton 3.0; older Triton keeps the 2-D K load.
 HAS_PERMUTE = hasattr(tl, "permute")
+TRITON_MAJOR = int(triton.__version__.split(".")[0])
+# The reduce kernel loads every partition of a sequence at once (one round trip) up to
+# this many partitions (256 x 512 = 128K tokens); longer sequences loop over chunks.
+REDUCE_SINGLE_PASS_MAX = 256
 _k3d_state = {"disabled": False}
+# Relaunch a compiled kernel through its launcher, skipping Triton's per-call argument
+# binding (Triton >= 3: the launcher takes every parameter, constexprs included).
+_fast = {"enabled": TRITON_MAJOR >= 3}
+_MAX_PLANS = 4096
 
 
 def k3d_enabled() -> bool:
     """Whether launches use the k3d K load (and the tables tuned for it)."""
     return HAS_PERMUTE and not _k3d_state["disabled"]
-
-
-def set_config_override(config: Optional[Sequence]) -> None:
-    """Force a launch config (a LaunchConfig or a tuple of 3-6 of its fields) for every
-    launch; None restores the defaults."""
-    global _config_override
-    _config_override = None if config is None else LaunchConfig(*config)
-
-
-def _sm_count(device: torch.device) -> int:
-    idx = device.index if device.index is not None else torch.cuda.current_device()
-    n = _sm_counts.get(idx)
-    if n is None:
-        n = _sm_counts[idx] = int(torch.cuda.get_device_properties(idx).multi_processor_count)
-    return n
 
 
 def group_rows(queries_per_kv: int) -> int:
@@ -643,246 +452,209 @@ def group_rows(queries_per_kv: int) -> int:
     return max(16, min(_next_pow2(queries_per_kv), MAX_GROUP_ROWS))
 
 
-def pick_config(
-    programs: int, d_pad: int, device: Optional[torch.device] = None, g_pad: int = 16
-) -> LaunchConfig:
-    """The launch config for ``programs`` partition programs at padded head size ``d_pad``
-    with ``g_pad`` rows (query heads per kv head, padded) per program."""
-    if _config_override is not None:
-        return _config_override
-    if (
-        SPLIT_BELOW_PROGRAMS_PER_SM > 0
-        and d_pad in SPLIT_CONFIGS
-        and device is not None
-        and device.type == "cuda"
-        and programs < SPLIT_BELOW_PROGRAMS_PER_SM * _sm_count(device)
-    ):
-        return SPLIT_CONFIGS[d_pad]
-    if k3d_enabled():
-        if g_pad >= WIDE_GROUP_ROWS and d_pad <= 128:
-            many = programs >= K3D_MANY_PROGRAMS
-            return K3D_WIDE_GROUP_MANY_CONFIG if many else K3D_WIDE_GROUP_CONFIG
-        if programs >= K3D_MANY_PROGRAMS and d_pad <= 128:
-            return K3D_MANY_PROGRAMS_CONFIG
-        return K3D_CONFIGS.get(d_pad, FALLBACK_CONFIG._replace(k3d=True))
-    if g_pad >= WIDE_GROUP_ROWS and d_pad <= 128:
-        return WIDE_GROUP_MANY_CONFIG if programs >= MANY_PROGRAMS else WIDE_GROUP_CONFIG
-    if MANY_PROGRAMS <= programs < MID_PROGRAMS_LIMIT and d_pad <= 128:
-        return MID_PROGRAMS_CONFIG
-    if programs >= MANY_PROGRAMS and d_pad <= 128:
-        return MANY_PROGRAMS_CONFIG
-    return DEFAULT_CONFIGS.get(d_pad, FALLBACK_CONFIG)
+class UnsupportedLayout(ValueError):
+    """A tensor layout the kernels do not address (the dispatcher falls back to torch)."""
 
 
-def paged_attention_v2_triton(*args: Any, **kwargs: Any) -> None:
-    """vLLM's paged_attention_v2 on CUDA tensors (arguments already normalized).
+class _Kernel:
+    """One kernel of a plan: its grid, arguments' fixed tail and constexprs, and the
+    compiled handle once Triton has launched it the normal way."""
+
+    __slots__ = ("fn", "grid", "constexprs", "const_values", "options", "compiled")
+
+    def __init__(self, fn, grid, constexprs, options) -> None:
+        self.fn = fn
+        self.grid = grid
+        self.constexprs = constexprs
+        self.const_values = tuple(constexprs.values())
+        self.options = options
+        self.compiled = None
+
+    def launch(self, args: Tuple[Any, ...]) -> None:
+        compiled = self.compiled
+        if compiled is not None and _fast["enabled"]:
+            try:
+                compiled[self.grid](*args, *self.const_values)
+                return
+            except Exception as exc:  # a launcher of another shape: plain launches from now
+                _fast["enabled"] = False
+                log.info("vllm-codemod: Triton's compiled-kernel launcher is unusable (%s)", exc)
+        handle = self.fn[self.grid](*args, **self.constexprs, **self.options)
+        if hasattr(handle, "__getitem__"):
+            self.compiled = handle
+
+
+class _Plan:
+    """Everything fixed for one (shapes, strides, dtypes, partitions, config): built once,
+    so a call only gathers its tensors."""
+
+    __slots__ = ("partition", "reduce", "part_strides", "reduce_strides", "n_gc", "num_heads")
+
+    def __init__(self, c: DecodeCall, config: LaunchConfig, k3d: bool) -> None:
+        query, key_cache, value_cache = c.query, c.key_cache, c.value_cache
+        out, exp_sums, max_logits, tmp_out = c.out, c.exp_sums, c.max_logits, c.tmp_out
+        num_seqs, num_heads, head_size = query.shape
+        qpk = num_heads // c.num_kv_heads
+        g_pad = group_rows(qpk)
+        n_gc = (qpk + g_pad - 1) // g_pad
+        d_pad = max(16, _next_pow2(head_size))
+        x = key_cache.shape[4]
+        num_parts = c.num_partitions
+        tile, warps, stages, early_v, prefetch, config_k3d = config
+        tile = min(tile, PARTITION_SIZE)
+        f32_split = key_cache.element_size() == 4
+        if f32_split:
+            tile = min(tile, 64)
+        ks, vs = key_cache.stride(), value_cache.stride()
+        # Contiguity hints hold for vLLM's dense cache layouts: x elements contiguous in K,
+        # block_size tokens contiguous in V, every block/head/row start aligned to them.
+        hints = (
+            ks[4] == 1
+            and all(v % x == 0 for v in ks[:4])
+            and vs[3] == 1
+            and all(v % c.block_size == 0 for v in vs[:3])
+        )
+        self.n_gc = n_gc
+        self.num_heads = num_heads
+        self.part_strides = (c.num_kv_heads, n_gc) + tuple(query.stride()) + tuple(ks)
+        self.part_strides += tuple(vs) + (c.block_tables.stride(0),)
+        self.part_strides += tuple(exp_sums.stride()) + tuple(max_logits.stride())
+        self.part_strides += tuple(tmp_out.stride())
+        self.partition = _Kernel(
+            _pa_v2_partition_kernel,
+            (num_seqs * c.num_kv_heads * n_gc, num_parts, 1),
+            dict(
+                QUERIES_PER_KV=qpk,
+                G_PAD=g_pad,
+                HEAD_SIZE=head_size,
+                D_PAD=d_pad,
+                X=x,
+                BLOCK_SIZE=c.block_size,
+                PART=PARTITION_SIZE,
+                TILE=tile,
+                USE_ALIBI=c.alibi_slopes is not None,
+                F32_SPLIT=f32_split,
+                CONTIG_HINTS=hints,
+                EARLY_V=bool(early_v),
+                PREFETCH=int(prefetch),
+                K_3D=k3d and bool(config_k3d),
+            ),
+            dict(num_warps=warps, num_stages=stages),
+        )
+        d_blk = min(32, d_pad)
+        max_parts = min(exp_sums.shape[2], max_logits.shape[2], tmp_out.shape[2])
+        self.reduce_strides = (num_heads, max_parts) + tuple(out.stride())
+        self.reduce_strides += tuple(exp_sums.stride()) + tuple(max_logits.stride())
+        self.reduce_strides += tuple(tmp_out.stride())
+        self.reduce = _Kernel(
+            _pa_v2_reduce_kernel,
+            (num_seqs * num_heads, d_pad // d_blk, 1),
+            dict(
+                HEAD_SIZE=head_size,
+                D_BLK=d_blk,
+                PART=PARTITION_SIZE,
+                P_MAX=max(16, min(512, _next_pow2(num_parts))),
+                P_CHUNK=32,
+                SINGLE_PASS=num_parts <= REDUCE_SINGLE_PASS_MAX,
+            ),
+            dict(num_warps=4),
+        )
+
+
+_plans: Dict[tuple, _Plan] = {}
+
+
+def _plan_key(c: DecodeCall, config: LaunchConfig, k3d: bool) -> tuple:
+    # Everything a plan and Triton's specialization depend on: shapes, strides, dtypes,
+    # devices, partitions, and the data pointers' 16-byte alignment.
+    q, kc = c.query, c.key_cache
+    ptrs = q.data_ptr() | kc.data_ptr() | c.value_cache.data_ptr() | c.out.data_ptr()
+    ptrs |= c.exp_sums.data_ptr() | c.max_logits.data_ptr() | c.tmp_out.data_ptr()
+    return (
+        q.shape,
+        q.stride(),
+        q.dtype,
+        q.device,
+        kc.shape,
+        kc.stride(),
+        kc.dtype,
+        c.value_cache.stride(),
+        c.out.stride(),
+        c.tmp_out.shape,
+        c.tmp_out.stride(),
+        c.exp_sums.shape,
+        c.exp_sums.stride(),
+        c.max_logits.stride(),
+        c.block_tables.stride(0),
+        c.seq_lens.dtype,
+        c.num_kv_heads,
+        c.num_partitions,
+        c.alibi_slopes is None,
+        config,
+        k3d,
+        ptrs & 15,
+    )
+
+
+def _launch(c: DecodeCall, config: Optional[LaunchConfig], k3d: bool) -> None:
+    if config is None:
+        num_seqs, num_heads, head_size = c.query.shape
+        g_pad = group_rows(num_heads // c.num_kv_heads)
+        n_gc = (num_heads // c.num_kv_heads + g_pad - 1) // g_pad
+        programs = num_seqs * c.num_kv_heads * n_gc * c.num_partitions
+        config = pick_config(programs, max(16, _next_pow2(head_size)), g_pad, k3d)
+    key = _plan_key(c, config, k3d)
+    plan = _plans.get(key)
+    if plan is None:
+        if c.query.stride(2) != 1 or c.out.stride(2) != 1:
+            raise UnsupportedLayout("paged_attention_v2 (Triton): query/out rows must be dense")
+        if len(_plans) >= _MAX_PLANS:
+            _plans.clear()
+        plan = _plans[key] = _Plan(c, config, k3d)
+    seq_lens = c.seq_lens
+    alibi = c.alibi_slopes if c.alibi_slopes is not None else seq_lens  # unused pointer
+    plan.partition.launch(
+        (c.exp_sums, c.max_logits, c.tmp_out, c.query, c.key_cache, c.value_cache)
+        + (c.block_tables, seq_lens, alibi, c.scale)
+        + plan.part_strides
+    )
+    plan.reduce.launch((c.out, c.exp_sums, c.max_logits, c.tmp_out, seq_lens) + plan.reduce_strides)
+
+
+def run(c: DecodeCall, config: Optional[LaunchConfig] = None) -> None:
+    """vLLM's paged_attention_v2 on CUDA tensors: partition kernel, then reduce kernel.
+
+    The first call for a plan goes through Triton's normal launch, which binds and
+    specializes every argument; later calls reuse the compiled kernels through their
+    launchers (Triton >= 3), skipping that per-call work.  Pointer alignment, strides and
+    shapes are part of the plan key, so a reused kernel is always the one Triton would
+    have picked itself.
 
     On Triton >= 3.0 the k3d kernels go first; if they fail to compile or launch (a vendor
     Triton that has tl.permute but cannot lower it) the call is retried once with the 2-D K
-    load and the launch tables tuned for it, and if that works k3d stays off for the rest
-    of the process (one warning).  A failure of both is raised (the dispatcher then falls
-    back to the PyTorch path).  Arguments: those of ``_launch``.
+    load and the tables tuned for it, and if that works k3d stays off for the rest of the
+    process (one log line).  A failure of both is raised (the dispatcher then falls back
+    to the PyTorch path).
     """
+    if config is None:
+        config = config_override()
     if not k3d_enabled():
-        _launch(*args, **kwargs)
+        _launch(c, config, False)
         return
     try:
-        _launch(*args, **kwargs)
+        _launch(c, config, True)
+    except UnsupportedLayout:
+        raise
     except Exception as exc:
         _k3d_state["disabled"] = True
         try:
-            _launch(*args, **kwargs)
+            _launch(c, config, False)
         except Exception:
             _k3d_state["disabled"] = False  # not k3d's fault: leave it on for other calls
             raise
-        warnings.warn(
-            "vllm-codemod paged_attention_v2: the k3d Triton kernel failed "
-            f"({type(exc).__name__}: {str(exc)[:200]}); using the 2-D K load from now on",
-            RuntimeWarning,
-            stacklevel=2,
+        log.warning(
+            "vllm-codemod paged_attention_v2: the k3d Triton kernel failed (%s: %s); using "
+            "the 2-D K load from now on",
+            type(exc).__name__,
+            str(exc)[:200],
         )
-
-
-def _launch(
-    out: torch.Tensor,
-    exp_sums: torch.Tensor,
-    max_logits: torch.Tensor,
-    tmp_out: torch.Tensor,
-    query: torch.Tensor,
-    key_cache: torch.Tensor,
-    value_cache: torch.Tensor,
-    num_kv_heads: int,
-    scale: float,
-    block_tables: torch.Tensor,
-    seq_lens: torch.Tensor,
-    block_size: int,
-    max_seq_len: int,
-    alibi_slopes: Optional[torch.Tensor] = None,
-) -> None:
-    num_seqs, num_heads, head_size = query.shape
-    qpk = num_heads // num_kv_heads
-    g_pad = group_rows(qpk)
-    n_gc = (qpk + g_pad - 1) // g_pad
-    d_pad = max(16, _next_pow2(head_size))
-    x = key_cache.shape[4]
-    num_parts = (max_seq_len + PARTITION_SIZE - 1) // PARTITION_SIZE
-    programs = num_seqs * num_kv_heads * n_gc * num_parts
-    tile, warps, stages, early_v, split, prefetch, k3d = pick_config(
-        programs, d_pad, query.device, g_pad
-    )
-    split = max(1, int(split))
-    # Sub-partitions must hold whole blocks (the contiguity hints and the block-granular
-    # table loads assume tiles never straddle a sub-partition start mid-block).
-    while split > 1 and (PARTITION_SIZE // split) % block_size:
-        split //= 2
-    part = PARTITION_SIZE // split
-    tile = min(tile, part)
-    f32_split = key_cache.dtype == torch.float32
-    if f32_split:
-        tile = min(tile, 64)
-    if seq_lens.dtype not in (torch.int32, torch.int64):
-        seq_lens = seq_lens.to(torch.int32)
-    use_alibi = alibi_slopes is not None
-    if use_alibi and alibi_slopes.dtype != torch.float32:
-        alibi_slopes = alibi_slopes.to(torch.float32)
-    alibi_arg = alibi_slopes if use_alibi else seq_lens  # dummy pointer when unused
-    ks, vs = key_cache.stride(), value_cache.stride()
-    # Contiguity hints hold for vLLM's dense cache layouts: x elements contiguous in K,
-    # block_size tokens contiguous in V, every block/head/row start aligned to them.
-    hints = _use_hints and (
-        ks[4] == 1
-        and all(v % x == 0 for v in (ks[0], ks[1], ks[2], ks[3]))
-        and vs[3] == 1
-        and all(v % block_size == 0 for v in (vs[0], vs[1], vs[2]))
-    )
-    if split > 1:  # partition programs write sub-partitions into scratch buffers
-        p_es = torch.empty(
-            (2, num_seqs, num_heads, num_parts * split), dtype=torch.float32, device=query.device
-        )
-        p_ml = p_es[1]
-        p_es = p_es[0]
-        p_to = torch.empty(
-            (num_seqs, num_heads, num_parts * split, head_size),
-            dtype=tmp_out.dtype,
-            device=query.device,
-        )
-    else:
-        p_es, p_ml, p_to = exp_sums, max_logits, tmp_out
-
-    grid = (num_seqs * num_kv_heads * n_gc, num_parts * split)
-    _pa_v2_partition_kernel[grid](
-        p_es,
-        p_ml,
-        p_to,
-        query,
-        key_cache,
-        value_cache,
-        block_tables,
-        seq_lens,
-        alibi_arg,
-        scale,
-        num_kv_heads,
-        n_gc,
-        query.stride(0),
-        query.stride(1),
-        query.stride(2),
-        key_cache.stride(0),
-        key_cache.stride(1),
-        key_cache.stride(2),
-        key_cache.stride(3),
-        key_cache.stride(4),
-        value_cache.stride(0),
-        value_cache.stride(1),
-        value_cache.stride(2),
-        value_cache.stride(3),
-        block_tables.stride(0),
-        p_es.stride(0),
-        p_es.stride(1),
-        p_es.stride(2),
-        p_ml.stride(0),
-        p_ml.stride(1),
-        p_ml.stride(2),
-        p_to.stride(0),
-        p_to.stride(1),
-        p_to.stride(2),
-        p_to.stride(3),
-        QUERIES_PER_KV=qpk,
-        G_PAD=g_pad,
-        HEAD_SIZE=head_size,
-        D_PAD=d_pad,
-        X=x,
-        BLOCK_SIZE=block_size,
-        PART=part,
-        TILE=tile,
-        USE_ALIBI=use_alibi,
-        F32_SPLIT=f32_split,
-        CONTIG_HINTS=hints,
-        EARLY_V=bool(early_v),
-        STORE_ALL=split > 1,
-        PREFETCH=int(prefetch),
-        K_3D=bool(k3d) and k3d_enabled(),
-        num_warps=warps,
-        num_stages=stages,
-    )
-    d_blk = min(32, d_pad)
-    buf_strides = (
-        out.stride(0),
-        out.stride(1),
-        out.stride(2),
-        exp_sums.stride(0),
-        exp_sums.stride(1),
-        exp_sums.stride(2),
-        max_logits.stride(0),
-        max_logits.stride(1),
-        max_logits.stride(2),
-        tmp_out.stride(0),
-        tmp_out.stride(1),
-        tmp_out.stride(2),
-        tmp_out.stride(3),
-    )
-    reduce_grid = (num_seqs * num_heads, d_pad // d_blk)
-    if split > 1:
-        _pa_v2_fold_reduce_kernel[reduce_grid](
-            out,
-            exp_sums,
-            max_logits,
-            tmp_out,
-            p_es,
-            p_ml,
-            p_to,
-            seq_lens,
-            num_heads,
-            *buf_strides,
-            p_es.stride(0),
-            p_es.stride(1),
-            p_es.stride(2),
-            p_to.stride(0),
-            p_to.stride(1),
-            p_to.stride(2),
-            p_to.stride(3),
-            HEAD_SIZE=head_size,
-            D_BLK=d_blk,
-            PART=PARTITION_SIZE,
-            SPLIT=split,
-            P_MAX=max(16, min(512, _next_pow2(num_parts * split))),
-            P_CHUNK=32,
-            num_warps=4,
-        )
-        return
-    _pa_v2_reduce_kernel[reduce_grid](
-        out,
-        exp_sums,
-        max_logits,
-        tmp_out,
-        seq_lens,
-        num_heads,
-        min(exp_sums.shape[2], max_logits.shape[2], tmp_out.shape[2]),
-        *buf_strides,
-        HEAD_SIZE=head_size,
-        D_BLK=d_blk,
-        PART=PARTITION_SIZE,
-        P_MAX=max(16, min(512, _next_pow2(num_parts))),
-        P_CHUNK=32,
-        SINGLE_PASS=num_parts <= REDUCE_SINGLE_PASS_MAX,
-        num_warps=4,
-    )

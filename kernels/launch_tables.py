@@ -1,0 +1,107 @@
+"""Launch configs of the partition kernel, and the rule that picks one.
+
+Pure Python (no torch, no Triton): the tool's ``tune`` command and the AOT compile check
+read these tables without a GPU.  Every default was timed on an H200 (runs and numbers:
+docs/kernel-notes.md); a tuning file measured on the target device (``vllm-codemod
+tune``) overrides them per shape.  Programs = sequences x kv heads x group chunks x
+512-token partitions; tables keyed by padded head size.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, NamedTuple, Optional, Sequence
+
+
+class LaunchConfig(NamedTuple):
+    """How the partition kernel is launched.
+
+    tile: tokens per loop step; warps/stages: Triton's num_warps/num_stages; early_v: issue
+    the V load before the QK product; prefetch: 0 none, 1 block ids one tile ahead, 2 block
+    ids and K/V one tile ahead (register double buffer); k3d: load K tiles in memory order,
+    whole lines per load instruction (Triton >= 3.0; older Triton keeps the 2-D load).
+    """
+
+    tile: int
+    warps: int
+    stages: int
+    early_v: bool = True
+    prefetch: int = 0
+    k3d: bool = False
+
+
+# Triton >= 3.0 (K tiles loaded in memory order, runs v8-v9): (64,2,1) below 4096
+# programs (one 100K sequence: 124.4 us, one 32K sequence: 52.0 us), 32-token tiles on one
+# warp with block ids prefetched from 4096 programs on (8x32K: 264.9 us, 64x4K: 270.9 us),
+# (32,4,1) + block-id prefetch at head 256 (73.5 us).
+K3D_CONFIGS: Dict[int, LaunchConfig] = {
+    32: LaunchConfig(64, 2, 1, True, k3d=True),
+    64: LaunchConfig(64, 2, 1, True, k3d=True),
+    128: LaunchConfig(64, 2, 1, True, k3d=True),
+    256: LaunchConfig(32, 4, 1, True, prefetch=1, k3d=True),
+}
+K3D_MANY_PROGRAMS = 4096
+K3D_MANY_PROGRAMS_CONFIG = LaunchConfig(32, 1, 1, True, prefetch=1, k3d=True)
+# 64 rows per program (33-64+ query heads per kv head: MQA models), head <= 128: four warps
+# spread the [64, D] accumulator; the 1-2 warp configs above spill there (run v18: 3.5x
+# faster at 128 x 16K tokens, 1.3-1.7x at 1024 and 196 programs).
+K3D_WIDE_GROUP_CONFIG = LaunchConfig(64, 4, 1, True, k3d=True)
+K3D_WIDE_GROUP_MANY_CONFIG = LaunchConfig(32, 4, 1, True, prefetch=1, k3d=True)
+
+# Older Triton (2-D K load; runs v4-v6): few warps and 1-2 stages let more programs share
+# an SM.
+DEFAULT_CONFIGS: Dict[int, LaunchConfig] = {
+    32: LaunchConfig(64, 2, 1, True),
+    64: LaunchConfig(64, 2, 1, True),
+    128: LaunchConfig(64, 2, 1, True),
+    256: LaunchConfig(32, 2, 1, True),
+}
+FALLBACK_CONFIG = LaunchConfig(32, 2, 1, True)
+# Enough programs to fill the GPU several times over: 16-token tiles, one warp each.
+MANY_PROGRAMS = 1024
+MANY_PROGRAMS_CONFIG = LaunchConfig(16, 1, 2, True)
+# Between MANY_PROGRAMS and this (e.g. one 100K sequence, 8 kv heads: 1568 programs) one
+# stage without the early V load measured 5% faster (v5: 135.4 vs 142.9 us); from about
+# 4096 programs on it is 7% slower, so it stops there (docs/kernel-notes.md, v5/v6).
+MID_PROGRAMS_LIMIT = 4096
+MID_PROGRAMS_CONFIG = LaunchConfig(16, 1, 1, False)
+# 64 rows per program, head <= 128: four warps (run v19, 2-D loads on an H200: 2.1-2.3x
+# faster than the configs above at 1024 and 4096 programs, 2x at 196).  The same row count
+# switches the k3d table to K3D_WIDE_GROUP_*.
+WIDE_GROUP_ROWS = 64
+WIDE_GROUP_CONFIG = LaunchConfig(64, 4, 1, True)
+WIDE_GROUP_MANY_CONFIG = LaunchConfig(32, 4, 1, True)
+
+_override: Optional[LaunchConfig] = None
+
+
+def set_config_override(config: Optional[Sequence]) -> None:
+    """Force one config (a LaunchConfig or a tuple of its 3-6 leading fields) for every
+    launch; None restores the tables.  For tests, benchmarks and ``tune``."""
+    global _override
+    _override = None if config is None else LaunchConfig(*config)
+
+
+def config_override() -> Optional[LaunchConfig]:
+    return _override
+
+
+def pick_config(programs: int, d_pad: int, g_pad: int = 16, k3d: bool = True) -> LaunchConfig:
+    """The launch config for ``programs`` partition programs at padded head size ``d_pad``
+    with ``g_pad`` rows per program; ``k3d`` says whether the k3d tables apply (Triton
+    >= 3 and the k3d kernel not failed here)."""
+    if _override is not None:
+        return _override
+    if k3d:
+        if g_pad >= WIDE_GROUP_ROWS and d_pad <= 128:
+            many = programs >= K3D_MANY_PROGRAMS
+            return K3D_WIDE_GROUP_MANY_CONFIG if many else K3D_WIDE_GROUP_CONFIG
+        if programs >= K3D_MANY_PROGRAMS and d_pad <= 128:
+            return K3D_MANY_PROGRAMS_CONFIG
+        return K3D_CONFIGS.get(d_pad, FALLBACK_CONFIG._replace(k3d=True))
+    if g_pad >= WIDE_GROUP_ROWS and d_pad <= 128:
+        return WIDE_GROUP_MANY_CONFIG if programs >= MANY_PROGRAMS else WIDE_GROUP_CONFIG
+    if MANY_PROGRAMS <= programs < MID_PROGRAMS_LIMIT and d_pad <= 128:
+        return MID_PROGRAMS_CONFIG
+    if programs >= MANY_PROGRAMS and d_pad <= 128:
+        return MANY_PROGRAMS_CONFIG
+    return DEFAULT_CONFIGS.get(d_pad, FALLBACK_CONFIG)
