@@ -7,7 +7,10 @@ nothing heavy here: importing this package must not import torch or triton.
 
 from .signature import ACCEPTED_PARAMETERS, ALIASES, CANONICAL_PARAMETERS, PARTITION_SIZE
 
-__version__ = "0.1.0"
+if __name__ == "vllm_codemod.kernels":
+    from .. import __version__
+else:  # the copy in a vLLM tree (vllm._codemod_kernels)
+    __version__ = "0+unstamped"  # written by vllm_codemod.stamp when the tool copies the kernels
 
 __all__ = [
     "ACCEPTED_PARAMETERS",

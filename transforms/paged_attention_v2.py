@@ -26,6 +26,8 @@ from typing import Dict, FrozenSet, List, Optional, Tuple
 import libcst as cst
 from packaging.specifiers import SpecifierSet
 
+from vllm_codemod.stamp import stamp_kernel_files
+
 from ._cst_helpers import (
     body_statements,
     code_of,
@@ -84,9 +86,13 @@ def bundled_kernel_files() -> Dict[str, bytes]:
     directory = kernel_package_dir()
     if directory is None:
         return {}
-    return {
+    files = {
         f"{KERNEL_DIR}/{path.name}": path.read_bytes() for path in sorted(directory.glob("*.py"))
     }
+    # The real package's __init__ carries the version line the copy is stamped on; a
+    # stand-in package (tests) may not.
+    init = files.get(f"{KERNEL_DIR}/__init__.py", b"")
+    return stamp_kernel_files(files) if b"__version__" in init else files
 
 
 def _signature_module() -> Optional[ModuleType]:
