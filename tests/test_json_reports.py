@@ -129,3 +129,18 @@ def test_every_command_takes_json_quiet_verbose_and_color():
         assert result.exit_code == 0, name
         for flag in ("--json", "-q, --quiet", "-v, --verbose", "--color / --no-color"):
             assert flag in result.output, (name, flag)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["apply", "--num-warps", "3"],
+        ["check", "--v2-threshold", "0"],
+        ["diff", "--only", "no-such-transform"],
+        ["revert", "--no-such-flag"],
+    ],
+)
+def test_a_usage_error_under_json_is_one_document_too(args):
+    payload = document(*args, code=2)
+    assert payload["error"]["message"]
+    assert "--help" in payload["error"]["message"]
