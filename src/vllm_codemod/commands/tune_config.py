@@ -14,7 +14,15 @@ from typing import Any, Dict, List, Tuple
 
 import click
 
-from ..tune_config import TUNABLE, ConfigEdit, parse_overrides, plan_edit, read_config, write_config
+from ..tune_config import (
+    TUNABLE,
+    ConfigEdit,
+    parse_overrides,
+    plan_edit,
+    read_config,
+    remove_debris,
+    write_config,
+)
 from ._common import emit_json, user_errors
 
 
@@ -144,6 +152,7 @@ def tune_config(
             click.echo(result.unified_diff(str(file)), nl=False)
             _report(file, result, targets, dry_run=True)
         sys.exit(code)
+    remove_debris(file)
     if result.changed:
         write_config(file, original, result.new_text)
     if as_json:
