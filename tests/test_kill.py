@@ -192,3 +192,19 @@ def test_strace_kill_at_every_fsync(trees, tmp_path, op):
         interrupted += snapshot(site) not in (pristine, patched)
         _recover_and_check(site, pristine, patched, rng)
     assert interrupted == len(points), f"{interrupted} of {len(points)} kills left work to recover"
+
+
+@pytest.mark.skipif(STRACE is None, reason="strace not installed (apt-get install strace)")
+def test_strace_kill_during_tune_config(tmp_path):
+    config_dir = tmp_path / "config"
+    config_dir.mkdir()
+    config = config_dir / "run.yaml"
+    old = b"max-num-batched-tokens: 8192\n"
+    config.write_bytes(old)
+    code = _strace_kill(["tune-config", str(config)], 1, tmp_path)
+    assert code != 0, "tune-config was not killed at its fsync"
+    assert config.read_bytes() == old
+    assert len(list(config_dir.iterdir())) == 2  # the config and the killed run's temp file
+    assert _cli("tune-config", str(config)) == 0  # the recovery run
+    assert config.read_bytes() == b"max-num-batched-tokens: 16384\n"
+    assert [p.name for p in config_dir.iterdir()] == ["run.yaml"]
