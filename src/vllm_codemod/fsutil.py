@@ -253,7 +253,10 @@ def tree_lock(directory: Path, timeout: float) -> Iterator[None]:
     Locking the directory's own file descriptor instead of a lock file means the
     lock leaves nothing behind in the tree, so revert can be byte-exact.
     """
-    fd = os.open(directory, os.O_RDONLY)
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError as exc:
+        raise EnvironmentProblem(directory, exc, "cannot open it to lock the tree") from None
     try:
         deadline = time.monotonic() + timeout
         while True:
