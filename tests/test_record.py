@@ -3,7 +3,7 @@
 A tiny wheel named ``vllm`` (the embedded fork's files) is built by hand, pip-installed
 into a fresh venv, patched, and uninstalled: nothing of ours may be left behind, and
 ``pip show -f`` / ``pip check`` agree with the tree in between.  One venv per module, without
-its own pip (``pip --python`` drives it from this interpreter; that keeps it fast).
+its own pip where this interpreter's pip can drive it (``pip --python``: faster).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import sys
 import venv
 import zipfile
 from pathlib import Path
+from typing import Dict, List
 
 import pytest
 from click.testing import CliRunner
@@ -28,6 +29,7 @@ from vllm_codemod.cli import cli
 
 FORK = FIXTURES / "bi-v100" / "corex-0.8.3"
 DIST_INFO = "vllm-0.8.3+corex.4.2.0.dist-info"
+_PIP: Dict[Path, List[str]] = {}
 
 
 def _hash(data: bytes) -> str:
@@ -55,18 +57,19 @@ def build_wheel(dest: Path) -> Path:
     return wheel
 
 
+def _pip_command(env: Path) -> List[str]:
+    """This interpreter's pip acting on ``env`` (pip >= 22.3), else the venv's own pip."""
+    ours = [sys.executable, "-m", "pip", "--python", str(env / "bin" / "python")]
+    probe = subprocess.run([*ours, "--version"], capture_output=True)
+    if probe.returncode == 0:
+        return ours
+    subprocess.run([str(env / "bin" / "python"), "-m", "ensurepip", "-q"], check=True)
+    return [str(env / "bin" / "python"), "-m", "pip"]
+
+
 def pip(env: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    """This interpreter's pip acting on ``env`` (no pip install in the venv: faster)."""
     return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "--python",
-            str(env / "bin" / "python"),
-            "--disable-pip-version-check",
-            *args,
-        ],
+        [*_PIP[env], "--disable-pip-version-check", *args],
         capture_output=True,
         text=True,
         check=check,
@@ -77,6 +80,7 @@ def pip(env: Path, *args: str, check: bool = True) -> subprocess.CompletedProces
 def env(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("venv")
     venv.EnvBuilder(with_pip=False).create(root / "env")
+    _PIP[root / "env"] = _pip_command(root / "env")
     return root / "env"
 
 
