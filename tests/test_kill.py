@@ -208,3 +208,12 @@ def test_strace_kill_during_tune_config(tmp_path):
     assert _cli("tune-config", str(config)) == 0  # the recovery run
     assert config.read_bytes() == b"max-num-batched-tokens: 16384\n"
     assert [p.name for p in config_dir.iterdir()] == ["run.yaml"]
+
+
+@pytest.mark.skipif(STRACE is None, reason="strace not installed (apt-get install strace)")
+def test_check_removes_the_debris_of_a_run_killed_before_its_commit(trees, tmp_path):
+    site, pristine, _ = trees
+    assert _strace_kill(["apply", "--site-packages", str(site)], 2, tmp_path) != 0
+    assert snapshot(site) != pristine  # staging and a temp file are left
+    assert _cli("check", "--site-packages", str(site)) == 1  # pending, and cleaned up
+    assert snapshot(site) == pristine

@@ -454,9 +454,17 @@ class TransformOutcome:
     name: str
     target: str
     outcome: str  # "applied", "already applied", "skipped: <reason>", "conflict: <reason>"
+    reason: str = ""
+    details: Dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> Dict[str, Any]:
-        return {"name": self.name, "target": self.target, "outcome": self.outcome}
+        return {
+            "name": self.name,
+            "target": self.target,
+            "outcome": self.outcome,
+            "reason": self.reason,
+            "details": dict(self.details),
+        }
 
 
 @dataclass
@@ -498,7 +506,7 @@ def _outcomes(plan: Plan) -> List[TransformOutcome]:
             outcome = f"skipped: {t.reason}"
         else:
             outcome = f"conflict: {t.reason}"
-        out.append(TransformOutcome(t.name, t.target, outcome))
+        out.append(TransformOutcome(t.name, t.target, outcome, t.reason, dict(t.details)))
     for name in plan.not_selected:
         out.append(TransformOutcome(name, "", "skipped: not selected (--only/--skip)"))
     return out
