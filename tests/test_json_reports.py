@@ -51,6 +51,8 @@ def test_tree_commands_through_a_full_cycle(fork):
     assert custom_ops["action"] == "patch" and custom_ops["hunks"]
     added = [f for f in diff["files"] if f["action"] == "add"]
     assert added and all(f["hunks"][0]["old_start"] == 0 for f in added)
+    status = document("status", "--site-packages", site, code=0)
+    assert status["patched"] is False and status["fork_markers"]
     apply = document("apply", "--site-packages", site, code=0)
     assert {t["outcome"] for t in apply["transforms"]} == {"applied"}
     assert apply["wrote"] is True
@@ -58,6 +60,9 @@ def test_tree_commands_through_a_full_cycle(fork):
     assert {t["outcome"] for t in again["transforms"]} == {"already applied"}
     assert again["changed"] == [] and again["wrote"] is False
     assert document("diff", "--site-packages", site, code=0)["files"] == []
+    assert document("check", "--site-packages", site, "-v", code=0)["patched"] is True
+    patched = document("status", "--site-packages", site, code=0)
+    assert patched["patched"] is True and patched["live"] is False
     revert = document("revert", "--site-packages", site, code=0)
     assert revert["restored"]
 

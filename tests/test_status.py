@@ -10,6 +10,7 @@ from click.testing import CliRunner
 
 from treeutil import copy_fixture, snapshot
 from vllm_codemod.cli import cli
+from vllm_codemod.report import load_schema
 
 FORK = "bi-v100/corex-0.8.3"
 
@@ -58,6 +59,8 @@ def test_patched_fork_with_a_caller_is_live(fork):
     assert run("apply", "--site-packages", str(fork), "--num-warps", "2").exit_code == 0
 
     payload = json.loads(run("status", "--site-packages", str(fork), "--json").output)
+    jsonschema = pytest.importorskip("jsonschema")
+    jsonschema.validate(payload, load_schema())
     assert payload["live"] is True
     assert payload["callers"] == [
         {
