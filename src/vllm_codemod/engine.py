@@ -563,7 +563,7 @@ def apply(plan: Plan) -> ApplyResult:
                 change.path, source, sha256_bytes(change.new), 0o644 if change.added else None
             )
             (record_step if change.path == plan.record else steps).append(step)
-        commit(state, "apply", steps + record_step, manifest)
+        journal = commit(state, "apply", steps + record_step, manifest)
     except EnvironmentProblem as exc:
         discard_uncommitted(state)
         raise EnvironmentProblem(
@@ -572,7 +572,7 @@ def apply(plan: Plan) -> ApplyResult:
             hint="nothing in the tree was changed; free space or fix permissions and run again",
         ) from None
     try:
-        replay(state, {"op": "apply", "steps": steps + record_step, "manifest": manifest})
+        replay(state, journal)
     except EnvironmentProblem as exc:
         raise EnvironmentProblem(
             exc.path,
