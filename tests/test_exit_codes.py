@@ -190,7 +190,7 @@ def test_130_signal_to_a_running_apply(fork, signum):
             proc.kill()
             proc.wait()
     assert proc.returncode == 130, err
-    assert one_line(err) == "vllm-codemod: interrupted; nothing was left half-written"
+    assert one_line(err).startswith("vllm-codemod: interrupted; ")
     assert snapshot(fork) == before
 
 

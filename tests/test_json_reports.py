@@ -51,6 +51,8 @@ def test_tree_commands_through_a_full_cycle(fork):
     assert custom_ops["action"] == "patch" and custom_ops["hunks"]
     added = [f for f in diff["files"] if f["action"] == "add"]
     assert added and all(f["hunks"][0]["old_start"] == 0 for f in added)
+    status = document("status", "--site-packages", site, code=0)
+    assert status["patched"] is False and status["fork_markers"]
     apply = document("apply", "--site-packages", site, code=0)
     assert {t["outcome"] for t in apply["transforms"]} == {"applied"}
     assert apply["wrote"] is True
@@ -58,6 +60,9 @@ def test_tree_commands_through_a_full_cycle(fork):
     assert {t["outcome"] for t in again["transforms"]} == {"already applied"}
     assert again["changed"] == [] and again["wrote"] is False
     assert document("diff", "--site-packages", site, code=0)["files"] == []
+    assert document("check", "--site-packages", site, "-v", code=0)["patched"] is True
+    patched = document("status", "--site-packages", site, code=0)
+    assert patched["patched"] is True and patched["live"] is False
     revert = document("revert", "--site-packages", site, code=0)
     assert revert["restored"]
 
@@ -129,3 +134,33 @@ def test_every_command_takes_json_quiet_verbose_and_color():
         assert result.exit_code == 0, name
         for flag in ("--json", "-q, --quiet", "-v, --verbose", "--color / --no-color"):
             assert flag in result.output, (name, flag)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["apply", "--num-warps", "3"],
+        ["check", "--v2-threshold", "0"],
+        ["diff", "--only", "no-such-transform"],
+        ["revert", "--no-such-flag"],
+    ],
+)
+def test_a_usage_error_under_json_is_one_document_too(args):
+    payload = document(*args, code=2)
+    assert payload["error"]["message"]
+    assert "--help" in payload["error"]["message"]
+
+
+def test_report_envelope_cannot_be_overwritten_and_odd_values_are_named():
+    from packaging.version import Version
+
+    from vllm_codemod.report import Report, dumps
+    from vllm_codemod.transforms.base import Status
+
+    report = Report("check", data={"where": Path("/x"), "v": Version("0.8.3"), "s": Status.APPLIED})
+    assert json.loads(dumps(report.to_json()))["v"] == "0.8.3"
+    assert json.loads(dumps(report.to_json()))["s"] == "applied"
+    with pytest.raises(TypeError, match="object is not JSON serializable"):
+        dumps({"x": object()})
+    with pytest.raises(ValueError, match="exit_code"):
+        Report("check", data={"exit_code": 0}).to_json()

@@ -102,7 +102,10 @@ def classify(exc: BaseException) -> Tuple[int, Optional[str]]:
     if isinstance(exc, click.exceptions.Exit):
         return exc.exit_code, None
     if isinstance(exc, (KeyboardInterrupt, click.Abort)):
-        return INTERRUPTED, "interrupted; nothing was left half-written"
+        return INTERRUPTED, (
+            "interrupted; a write that had begun is finished (or undone) by the next "
+            "`vllm-codemod apply` or `vllm-codemod revert`"
+        )
     if isinstance(exc, click.UsageError):
         command = exc.ctx.command_path if exc.ctx is not None else PREFIX
         return USER_ERROR, f"error: {exc.format_message()} (see `{command} --help`)"
@@ -126,14 +129,6 @@ def classify(exc: BaseException) -> Tuple[int, Optional[str]]:
         f"internal error: {type(exc).__name__}: {_first_line(exc)} (a bug in vllm-codemod; "
         f"{where}; please report it with that file)"
     )
-
-
-def exit_status_for(exc: BaseException) -> int:
-    """Map an exception that escaped a command to its status, saying why on stderr."""
-    code, message = classify(exc)
-    if message is not None:
-        say(message)
-    return code
 
 
 def _first_line(exc: BaseException) -> str:

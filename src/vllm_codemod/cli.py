@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import click
 
 from . import __version__
-from .boundary import exit_code_table, exit_status_for, sigterm_as_interrupt
+from .boundary import classify, exit_code_table, say, sigterm_as_interrupt
 
 #: command name -> (module, attribute, one-line help)
 COMMANDS: Dict[str, Tuple[str, str, str]] = {
@@ -88,10 +88,29 @@ class ToolGroup(LazyGroup):
             except SystemExit as exc:
                 code = _system_exit_status(exc)
             except (Exception, KeyboardInterrupt, click.Abort) as exc:
-                code = exit_status_for(exc)
+                code = _fail(exc, list(sys.argv[1:] if args is None else args))
         if not standalone_mode:
             return code
         sys.exit(code)
+
+
+def _fail(exc: BaseException, argv: List[str]) -> int:
+    """Say why on stderr; under --json also print the failure as the one JSON document.
+
+    Failures inside a command print their document in :mod:`.commands._output`; what
+    reaches here failed before the command ran (a usage error, an unknown command).
+    """
+    code, message = classify(exc)
+    if message is not None:
+        say(message)
+    if "--json" in argv:
+        from .report import dumps, error_document
+
+        command = next((a for a in argv if a in COMMANDS), "vllm-codemod")
+        text = message or type(exc).__name__
+        text = text[len("error: ") :] if text.startswith("error: ") else text
+        click.echo(dumps(error_document(command, code, text)))
+    return code
 
 
 def _system_exit_status(exc: SystemExit) -> int:

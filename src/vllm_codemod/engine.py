@@ -32,7 +32,14 @@ from packaging.version import Version
 
 from . import __version__, transaction
 from .discovery import VllmTree
-from .errors import ConflictError, EnvironmentProblem, ManifestError, RefusalError, UserError
+from .errors import (
+    CodemodError,
+    ConflictError,
+    EnvironmentProblem,
+    ManifestError,
+    RefusalError,
+    UserError,
+)
 from .fsutil import sha256_bytes, sha256_file, tree_lock
 from .manifest import StateDir, deep_copy
 from .planner import ChangeSet, FileChange, build_change_set
@@ -40,6 +47,7 @@ from .record import find_record, rewrite_record
 from .transaction import (
     Recovery,
     bytecode_for,
+    check_state_dir,
     commit,
     discard_uncommitted,
     remove_step,
@@ -253,9 +261,7 @@ def plan(
     registry = list(all_transforms()) if registry is None else list(registry)
     try:
         version, version_source = read_version(tree)
-    except UserError:
-        raise
-    except Exception:
+    except CodemodError:
         if not options.accept_unknown_version:
             raise
         version, version_source = None, ""
@@ -449,9 +455,17 @@ class TransformOutcome:
     name: str
     target: str
     outcome: str  # "applied", "already applied", "skipped: <reason>", "conflict: <reason>"
+    reason: str = ""
+    details: Dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> Dict[str, Any]:
-        return {"name": self.name, "target": self.target, "outcome": self.outcome}
+        return {
+            "name": self.name,
+            "target": self.target,
+            "outcome": self.outcome,
+            "reason": self.reason,
+            "details": dict(self.details),
+        }
 
 
 @dataclass
@@ -493,7 +507,7 @@ def _outcomes(plan: Plan) -> List[TransformOutcome]:
             outcome = f"skipped: {t.reason}"
         else:
             outcome = f"conflict: {t.reason}"
-        out.append(TransformOutcome(t.name, t.target, outcome))
+        out.append(TransformOutcome(t.name, t.target, outcome, t.reason, dict(t.details)))
     for name in plan.not_selected:
         out.append(TransformOutcome(name, "", "skipped: not selected (--only/--skip)"))
     return out
@@ -526,8 +540,8 @@ def apply(plan: Plan) -> ApplyResult:
                 f"{current}: changed after it was planned (another program wrote it); run "
                 "again; nothing was changed"
             )
+    check_state_dir(state)
     _probe(plan, state)
-    had_state = state.path.exists()
     manifest = deep_copy(plan.manifest_after)
     manifest["patched_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat(
         timespec="seconds"
@@ -551,17 +565,16 @@ def apply(plan: Plan) -> ApplyResult:
                 change.path, source, sha256_bytes(change.new), 0o644 if change.added else None
             )
             (record_step if change.path == plan.record else steps).append(step)
-        commit(state, "apply", steps + record_step, manifest)
+        journal = commit(state, "apply", steps + record_step, manifest)
     except EnvironmentProblem as exc:
-        if not had_state or state.has_manifest():
-            discard_uncommitted(state)
+        discard_uncommitted(state)
         raise EnvironmentProblem(
             exc.path,
             errno=exc.errno,
             hint="nothing in the tree was changed; free space or fix permissions and run again",
         ) from None
     try:
-        replay(state, {"op": "apply", "steps": steps + record_step, "manifest": manifest})
+        replay(state, journal)
     except EnvironmentProblem as exc:
         raise EnvironmentProblem(
             exc.path,
@@ -614,6 +627,7 @@ def revert(tree: VllmTree, discard_local_changes: bool = False) -> RevertResult:
         raise ManifestError(
             f"{state.journal_path}: an earlier run was interrupted; finish it first"
         )
+    check_state_dir(state)
     manifest = state.load_manifest()
     writable_probe(state.path)
     steps: List[Dict[str, Any]] = []
@@ -650,6 +664,8 @@ def revert(tree: VllmTree, discard_local_changes: bool = False) -> RevertResult:
             )
         for pyc in bytecode_for(target):
             steps.append(remove_step(tree.rel(pyc)))
+        if current is not None:
+            writable_probe(target.parent)
         steps.append(remove_step(rel))
         result.restored.append(rel)
     for rel, digest in sorted(manifest["bytecode"].items()):

@@ -19,7 +19,7 @@ from vllm_codemod.transforms.base import Plan, Status, Transform, TransformConte
 from vllm_codemod.transforms.fork_markers import find_fork_markers
 
 from .discovery import VllmTree
-from .errors import CodemodError, RefusalError
+from .errors import CodemodError, RefusalError, UserError
 from .excerpt import make_excerpt
 from .fsutil import sha256_bytes
 from .parse_errors import parse_error_position
@@ -75,6 +75,21 @@ def _inside_tree(tree: VllmTree, rel: str) -> Path:
     return path
 
 
+def _refuse_missing_targets(tree: VllmTree, transforms: Sequence[Transform]) -> None:
+    """Name every missing target at once, so one fix-up round is enough."""
+    missing = [t for t in transforms if not tree.path(f"{tree.root.name}/{t.target}").exists()]
+    if not missing:
+        return
+    paths = ", ".join(str(tree.path(f"{tree.root.name}/{t.target}")) for t in missing)
+    skips = " ".join(f"--skip {t.name}" for t in missing)
+    targeted = ", ".join(t.name for t in missing)
+    raise UserError(
+        f"{paths}: missing, but {targeted} target{'s' if len(missing) == 1 else ''} "
+        f"{'it' if len(missing) == 1 else 'them'}; this tree is not a complete vLLM install "
+        f"(pass {skips} to leave {'it' if len(missing) == 1 else 'them'} out)"
+    )
+
+
 def _read_target(tree: VllmTree, rel: str, transform: Transform) -> bytes:
     path = _inside_tree(tree, rel)
     try:
@@ -86,23 +101,6 @@ def _read_target(tree: VllmTree, rel: str, transform: Transform) -> bytes:
         ) from None
     except OSError as exc:
         raise CodemodError(f"{path}: cannot read it ({exc.strerror})") from None
-
-
-def _refuse_missing_targets(tree: VllmTree, transforms: Sequence[Transform]) -> None:
-    """Name every missing target in one error: one run shows the whole repair."""
-    missing = [
-        (transform, tree.path(f"{tree.rel(tree.root)}/{transform.target}"))
-        for transform in transforms
-    ]
-    missing = [(transform, path) for transform, path in missing if not path.exists()]
-    if len(missing) < 2:
-        return  # one (or none): _read_target says it, with the same advice
-    listed = ", ".join(f"{path} ({transform.name})" for transform, path in missing)
-    skips = " ".join(f"--skip {transform.name}" for transform, _ in missing)
-    raise CodemodError(
-        f"{len(missing)} target files missing: {listed}; this tree is not a complete vLLM "
-        f"install (pass {skips} to leave them out)"
-    )
 
 
 def _decode(path: Path, data: bytes) -> Tuple[str, TextForm]:

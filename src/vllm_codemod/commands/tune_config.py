@@ -14,7 +14,15 @@ from typing import Any, Dict, List, Tuple
 import click
 
 from ..report import Report
-from ..tune_config import TUNABLE, ConfigEdit, parse_overrides, plan_edit, read_config, write_config
+from ..tune_config import (
+    TUNABLE,
+    ConfigEdit,
+    parse_overrides,
+    plan_edit,
+    read_config,
+    remove_debris,
+    write_config,
+)
 from ._output import reporting
 
 
@@ -140,6 +148,7 @@ def tune_config(file: Path, overrides: Tuple[str, ...], add: bool, dry_run: bool
         report.body = patch or None
         _describe(report, file, result, targets, dry_run=True)
         return report
+    remove_debris(file)
     if result.changed:
         write_config(file, original, result.new_text)
     _describe(report, file, result, targets, dry_run=False)

@@ -9,7 +9,7 @@ atomically with owner, mode and links kept).
 from __future__ import annotations
 
 from .edit import ConfigEdit, Edit, plan_edit
-from .files import ConfigText, read_config, write_config
+from .files import ConfigText, read_config, remove_debris, write_config
 from .keys import TUNABLE, TunableKey, canonical_key, parse_overrides
 from .locate import Occurrence, find_occurrences, parse_documents
 
@@ -26,5 +26,6 @@ __all__ = [
     "parse_overrides",
     "plan_edit",
     "read_config",
+    "remove_debris",
     "write_config",
 ]

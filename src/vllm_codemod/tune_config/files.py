@@ -11,9 +11,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import List
 
 from ..errors import EnvironmentProblem, NotARegularFile, RefusalError, UserError
-from ..fsutil import atomic_write, read_regular_file
+from ..fsutil import atomic_write, read_regular_file, sweep_temp_files
 
 BOM = "\ufeff"
 
@@ -54,6 +55,12 @@ def read_config(path: Path) -> ConfigText:
         ) from None
     bom = text.startswith(BOM)
     return ConfigText(data, text[1:] if bom else text, bom)
+
+
+def remove_debris(path: Path) -> List[Path]:
+    """Temp files of ours beside the config, left by a run that was killed mid-write."""
+    target = Path(os.path.realpath(path))
+    return sweep_temp_files([target.parent], name=target.name, only_dead=True)
 
 
 def write_config(path: Path, original: ConfigText, new_text: str) -> None:
