@@ -121,6 +121,7 @@ def test_random_kills_during_apply_and_revert(trees):
         recovered, seconds = _recover_and_check(site, pristine, patched, rng)
         # follow the machine's load: a busy box stretches every run
         took[recovered] = 0.7 * took[recovered] + 0.3 * seconds
+    print(f"\nrandom kills: {mid_write} of {runs} apply/revert runs killed inside a write")
     # the kills must really land inside writes, or the test proves nothing
     assert mid_write >= runs // 20, f"only {mid_write} of {runs} kills interrupted a write"
 
@@ -135,13 +136,17 @@ def test_random_kills_during_tune_config(tmp_path):
     took = _duration(lambda: _in_child(args))
     new = config.read_bytes()
     assert new != old
-    for _ in range(_runs(100)):
+    runs = _runs(100)
+    killed_mid_write = 0
+    for _ in range(runs):
         config.write_bytes(old)
         _in_child(args, kill_after=took * rng.uniform(0.3, 1.1))
         assert config.read_bytes() in (old, new)
+        killed_mid_write += len(list(tmp_path.iterdir())) > 1
         assert _cli(*args) == 0  # the recovery run
         assert config.read_bytes() == new
         assert sorted(p.name for p in tmp_path.iterdir()) == ["run.yaml"]
+    print(f"\nrandom kills: {killed_mid_write} of {runs} tune-config runs left a temp file")
 
 
 def _strace_kill(args: List[str], n: int, cwd: Path) -> int:
