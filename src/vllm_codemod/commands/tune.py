@@ -20,7 +20,7 @@ import click
 from ..errors import CodemodError
 from ._common import describe_tree, emit_json, json_option, open_session, tree_options, user_errors
 
-DEFAULT_BUDGET = 600.0
+DEFAULT_BUDGET = 300.0
 
 
 def _versions() -> Dict[str, Optional[str]]:

@@ -90,14 +90,22 @@ def _failure(exc: BaseException) -> str:
 
 class DecodeTuner:
     def __init__(
-        self, kernels: DecodeKernels, device: str, timer: Timer, budget: Budget, progress: Progress
+        self,
+        kernels: DecodeKernels,
+        device: str,
+        timer: Timer,
+        budget: Budget,
+        progress: Progress,
+        use_triton: Optional[bool] = None,
     ) -> None:
         self.k = kernels
         self.device = device
         self.timer = timer
         self.budget = budget
         self.progress = progress
-        self.use_triton = device.startswith("cuda") and kernels.triton_impl is not None
+        if use_triton is None:
+            use_triton = device.startswith("cuda") and kernels.triton_impl is not None
+        self.use_triton = use_triton
         self._shapes: Dict[Shape, _Shape] = {}
         self._broken: Dict[Shape, str] = {}
 
@@ -300,6 +308,8 @@ def measure_decode(
         tuner.progress.step(f"decode {shape.label()} {num_seqs}x{length}")
         point = tuner.measure_point(shape, num_seqs, length)
         done += 1
+        if tuner.timer.cuda:
+            torch.cuda.empty_cache()  # the next point's caches may be much larger
         if point is not None:
             grouped.setdefault((shape, num_seqs), []).append(point)
     tuner.k.skipped.extend(tuner._broken.values())

@@ -245,10 +245,12 @@ def read_model_config(path: Path, tensor_parallel: int = 1) -> Tuple[Shape, Opti
             f"{path}: {heads} attention heads cannot be split over --tensor-parallel "
             f"{tensor_parallel}; vLLM needs heads divisible by the TP size"
         )
-    if kv_heads >= tensor_parallel and kv_heads % tensor_parallel:
+    if (kv_heads >= tensor_parallel and kv_heads % tensor_parallel) or (
+        kv_heads < tensor_parallel and tensor_parallel % kv_heads
+    ):
         raise CodemodError(
             f"{path}: {kv_heads} kv heads cannot be split over --tensor-parallel "
-            f"{tensor_parallel}; vLLM needs kv heads divisible by the TP size"
+            f"{tensor_parallel}; vLLM needs one to divide the other"
         )
     where = f"{path}{_locate(text, 'num_attention_heads')}"
     shape = Shape(
