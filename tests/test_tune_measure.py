@@ -1,0 +1,204 @@
+"""Decode tuning logic with a fake Triton module and a fake clock: who may win, and why."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, NamedTuple, Optional
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from vllm_codemod.kernels import dispatch, reference  # noqa: E402
+from vllm_codemod.tuning.measure import (  # noqa: E402
+    DecodeKernels,
+    DecodeTuner,
+    batch_sizes,
+    length_grid,
+    measure_decode,
+    plan_points,
+)
+from vllm_codemod.tuning.progress import Budget, Progress  # noqa: E402
+from vllm_codemod.tuning.shapes import Deployment, Shape  # noqa: E402
+from vllm_codemod.tuning.timing import GraphUnavailable  # noqa: E402
+
+
+class LaunchConfig(NamedTuple):
+    tile: int
+    warps: int
+    stages: int
+    early_v: bool = True
+    split: int = 1
+    prefetch: int = 0
+    k3d: bool = False
+
+
+DEFAULT = LaunchConfig(64, 2, 1, True, 1, 0, True)
+FAST = DEFAULT._replace(warps=4)  # a neighbour: 40% faster
+WRONG = DEFAULT._replace(tile=32)  # even faster, but computes garbage
+BROKEN = DEFAULT._replace(tile=128)  # fails to compile
+K3D_FAILS = DEFAULT._replace(stages=2)  # falls back to the 2-D load inside the kernel
+NOISE = DEFAULT._replace(prefetch=1)  # 1% faster: within the noise margin
+
+
+class FakeTriton:
+    """The parts of triton_impl that tune touches."""
+
+    LaunchConfig = LaunchConfig
+    K3D_CONFIGS = {128: DEFAULT}
+    K3D_MANY_PROGRAMS_CONFIG = LaunchConfig(32, 1, 1, True, prefetch=1, k3d=True)
+
+    def __init__(self) -> None:
+        self.override: Optional[LaunchConfig] = None
+        self._k3d_state = {"disabled": False}
+        self.last: Any = None
+
+    def set_config_override(self, config) -> None:
+        self.override = None if config is None else LaunchConfig(*config)
+
+    def pick_config(self, programs, d_pad, device=None, g_pad=16):
+        return self.override or DEFAULT
+
+    def group_rows(self, qpk: int) -> int:
+        return max(16, qpk)
+
+    def k3d_enabled(self) -> bool:
+        return True
+
+
+class FakeDispatch:
+    def __init__(self, impl: FakeTriton) -> None:
+        self.impl = impl
+
+    def paged_attention_v2_with_path(self, backend=None, **args):
+        config = self.impl.override or DEFAULT
+        self.impl.last = config
+        if config == BROKEN:
+            raise RuntimeError("out of resources: shared memory, Required: 300000")
+        dispatch.paged_attention_v2_with_path(**args, backend="torch")
+        if config == WRONG:
+            args["out"].mul_(1.5)
+        if config == K3D_FAILS:
+            self.impl._k3d_state["disabled"] = True
+        return "triton"
+
+
+SPEED = {DEFAULT: 100.0, FAST: 60.0, WRONG: 10.0, NOISE: 99.0, "v1": 50.0}
+
+
+class FakeTimer:
+    """Eager/graph 'times' by which candidate ran last; V1 cannot be graphed."""
+
+    device = "cpu"
+    cuda = True  # pretend, so graph timing is attempted
+
+    def __init__(self, impl: FakeTriton, budget: Optional[Budget] = None) -> None:
+        self.impl = impl
+        self.budget = budget
+
+    def sync(self) -> None:
+        pass
+
+    def eager_us(self, fns) -> float:
+        for fn in fns:
+            fn()
+        if self.budget is not None:
+            self.budget.seconds = 0  # the budget runs out after the first timing
+        return SPEED.get(self.impl.last, 200.0)
+
+    def graph_us(self, fns) -> float:
+        for fn in fns:
+            fn()
+        if self.impl.last == "v1":
+            raise GraphUnavailable("capture failed: vendor op syncs")
+        return SPEED.get(self.impl.last, 200.0) * 0.5
+
+
+def _tuner(v1_speed: Optional[float] = None, budget: Optional[Budget] = None):
+    impl = FakeTriton()
+
+    def v1(args: Dict[str, Any]) -> None:
+        impl.last = "v1"
+        dispatch.paged_attention_v2_with_path(**args, backend="torch")
+
+    kernels = DecodeKernels(FakeDispatch(impl), reference, impl, v1 if v1_speed else None)
+    timer = FakeTimer(impl, budget)
+    tuner = DecodeTuner(
+        kernels, "cpu", timer, budget or Budget(None), Progress(1, enabled=False), use_triton=True
+    )
+    return tuner, kernels
+
+
+SHAPE = Shape(4, 2, 64, "float32")
+
+
+def test_fastest_correct_candidate_wins_and_the_rest_are_listed(monkeypatch):
+    monkeypatch.setattr(
+        "vllm_codemod.tuning.measure.v2_candidates",
+        lambda impl, default: [WRONG, BROKEN, K3D_FAILS, NOISE, FAST],
+    )
+    tuner, _ = _tuner(v1_speed=50.0)
+    point = tuner.measure_point(SHAPE, 1, 600)
+    by_config = {
+        tuple(c["config"]) if c["config"] else c["backend"]: c for c in point["candidates"]
+    }
+    assert by_config[tuple(WRONG)]["status"] == "wrong"
+    assert "relative error" in by_config[tuple(WRONG)]["reason"]
+    assert by_config[tuple(BROKEN)]["status"] == "failed"
+    assert "shared memory" in by_config[tuple(BROKEN)]["reason"]
+    assert by_config[tuple(K3D_FAILS)]["status"] == "failed"
+    assert "k3d" in by_config[tuple(K3D_FAILS)]["reason"]
+    assert by_config[tuple(FAST)]["graph_us"] == 30.0
+    assert "graph_reason" in by_config["v1"]
+    assert point["mode"] == "graph"
+    assert point["winner"] == {"backend": "v2", "config": list(FAST), "us": 30.0}
+    assert point["default"]["us"] == 50.0 and point["default"]["config"] == list(DEFAULT)
+    # without graphs the vendor kernel (50 us eager) beats FAST (60 us)
+    assert point["eager_winner"] == {"backend": "v1", "config": None, "us": 50.0}
+
+
+def test_noise_never_moves_the_choice_off_the_default(monkeypatch):
+    monkeypatch.setattr("vllm_codemod.tuning.measure.v2_candidates", lambda impl, default: [NOISE])
+    tuner, _ = _tuner()
+    point = tuner.measure_point(SHAPE, 1, 600)
+    assert point["winner"] == {"backend": "v2", "config": None, "us": 50.0}
+
+
+def test_a_wrong_default_skips_the_shape():
+    tuner, kernels = _tuner()
+    tuner.k.dispatch.impl.set_config_override(None)
+    original = FakeDispatch.paged_attention_v2_with_path
+
+    def broken(self, backend=None, **args):
+        original(self, backend, **args)
+        args["out"].zero_()
+
+    tuner.k.dispatch.paged_attention_v2_with_path = broken.__get__(tuner.k.dispatch)
+    deployment = Deployment([SHAPE], 1024, 1, "test")
+    entries = measure_decode(tuner, deployment, plan_points(deployment))
+    assert entries == []
+    assert any("default V2 kernel wrong" in s for s in kernels.skipped)
+
+
+def test_budget_stops_measuring_and_keeps_what_was_measured(monkeypatch):
+    monkeypatch.setattr(
+        "vllm_codemod.tuning.measure.v2_candidates", lambda impl, default: [FAST, NOISE]
+    )
+    budget = Budget(3600)
+    tuner, kernels = _tuner(budget=budget)
+    deployment = Deployment([SHAPE], 2048, 1, "test")
+    entries = measure_decode(tuner, deployment, plan_points(deployment))
+    assert len(entries) == 1 and len(entries[0]["points"]) == 1  # 1 of 3 lengths
+    assert [c["config"] for c in entries[0]["points"][0]["candidates"]] == [list(DEFAULT)]
+    assert any("budget of 0 s spent after 1 of 3 points" in s for s in kernels.skipped)
+
+
+def test_grid():
+    assert length_grid(4096) == [512, 1024, 2048, 4096]
+    assert length_grid(5000) == [512, 1024, 2048, 4096, 5000]
+    assert length_grid(100) == [100]
+    assert batch_sizes(1) == [1] and batch_sizes(256) == [1, 16] and batch_sizes(4) == [1, 4]
+    d = Deployment([Shape(32, 8, 128), Shape(16, 2, 256)], 1 << 17, 256, "t")
+    points = plan_points(d)
+    assert points[:2] == [(Shape(32, 8, 128), 1, 512), (Shape(16, 2, 256), 1, 512)]
+    assert all(n * length <= 1 << 20 for _, n, length in points)
+    assert (Shape(32, 8, 128), 1, 1 << 17) in points
