@@ -30,13 +30,14 @@ def patched(tmp_path):
 
 
 TINY = ("--device", "cpu", "--shape", "4/2/64", "--shape", "4/4/64:alibi",
-        "--max-model-len", "1024", "--max-num-seqs", "1")  # fmt: skip
+        "--max-model-len", "512", "--max-num-seqs", "1")  # fmt: skip
 
 
 def test_tune_on_cpu_writes_a_valid_file_and_leaves_the_tree_alone(patched, tmp_path):
     before = snapshot(patched)
     out = tmp_path / "tuning.json"
-    result = run("tune", "--site-packages", str(patched), *TINY, "--output", str(out))
+    result = run("tune", "--site-packages", str(patched), *TINY, "--max-model-len", "1024",
+                 "--output", str(out))  # fmt: skip
     assert result.exit_code == 0, result.output
     assert snapshot(patched) == before  # no bytecode, nothing written into the tree
     assert "vllm" not in sys.modules  # the tree's package was unloaded again
@@ -68,7 +69,7 @@ def test_tune_json_report(patched, tmp_path):
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
     assert report["output"] == str(out)
-    assert len(report["summary"]) == 4
+    assert len(report["summary"]) == 2
     assert {"shape", "point", "default", "tuned", "speedup"} == set(report["summary"][0])
 
 

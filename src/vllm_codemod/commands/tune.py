@@ -105,7 +105,7 @@ def _run(session: Any, deployment: Any, device: str, budget_s: Optional[float]) 
 
     skipped: List[str] = []
     kernels = _load_kernels(session.tree.root, device, skipped)
-    timer = Timer(device) if device == "cuda" else Timer(device, repeats=3, calls=2, warmup=1)
+    timer = Timer(device) if device == "cuda" else Timer(device, repeats=3, calls=1, warmup=1)
     budget = Budget(budget_s)
     points = plan_points(deployment)
     total = len(points) + len(deployment.shapes) * len(prefill_cases(deployment))
