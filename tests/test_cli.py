@@ -220,16 +220,15 @@ def test_interrupted_run_blocks_read_only_commands_until_finished(fork):
     patched = snapshot(fork)
     state = fork / "vllm" / ".vllm-codemod"
     # Simulate a revert that committed its journal and then died before any step.
-    import vllm_codemod.transaction as transaction
+    import vllm_codemod.engine as engine
     from vllm_codemod.discovery import locate_tree
-    from vllm_codemod.transaction import revert_tree
 
-    real = transaction._replay
-    transaction._replay = lambda state, journal: None
+    real = engine.replay
+    engine.replay = lambda state, journal: None
     try:
-        revert_tree(locate_tree(fork, None), force=False)
+        engine.revert(locate_tree(fork, None))
     finally:
-        transaction._replay = real
+        engine.replay = real
     assert (state / "journal.json").exists()
     _assert_error(run("check", "--site-packages", str(fork)), "interrupted")
     result = run("apply", "--site-packages", str(fork))  # finishes the revert, then applies

@@ -5,17 +5,17 @@ from __future__ import annotations
 import os
 import signal
 from pathlib import Path
+from typing import Optional
 
 import libcst as cst
 import pytest
 from packaging.specifiers import SpecifierSet
-from packaging.version import Version
 
-import vllm_codemod.transaction as transaction
+import vllm_codemod.engine as engine
+import vllm_codemod.fsutil as fsutil
 from treeutil import snapshot
 from vllm_codemod.discovery import locate_tree
 from vllm_codemod.errors import CodemodError
-from vllm_codemod.planner import build_change_set
 from vllm_codemod.transforms.base import Plan, Status, Transform
 
 FOOTER = "# patched by a test transform\n"
@@ -47,22 +47,36 @@ def make_site(tmp_path: Path) -> Path:
     os.chmod(root / "_custom_ops.py", 0o640)
     (root / "__pycache__" / "_custom_ops.cpython-310.pyc").write_bytes(b"\x00stale bytecode")
     (root / "__pycache__" / "other.cpython-310.pyc").write_bytes(b"\x00keep me")
+    dist_info = site / "vllm-0.8.3.dist-info"
+    dist_info.mkdir()
+    (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.8.3\n")
     return site
 
 
-def plan(site: Path, transform: Transform | None = None):
+def plan(site: Path, transform: Optional[Transform] = None):
     tree = locate_tree(site, None)
-    manifest = transaction.StateDir(tree).load_manifest()
-    previously = {k: (v["sha256"], v["transform"]) for k, v in manifest["added"].items()}
-    return build_change_set(tree, Version("0.8.3"), [transform or AppendFooter()], {}, previously)
+    return engine.plan(tree, registry=[transform or AppendFooter()])
+
+
+def apply(site: Path, transform: Optional[Transform] = None):
+    return engine.apply(plan(site, transform))
+
+
+def revert(site: Path, force: bool = False):
+    return engine.revert(locate_tree(site, None), discard_local_changes=force)
+
+
+def recover(site: Path):
+    return engine.recover(locate_tree(site, None), registry=[AppendFooter()])
 
 
 def test_apply_then_revert_is_byte_identical(tmp_path):
     site = make_site(tmp_path)
     before = snapshot(site)
-    change_set = plan(site)
-    assert change_set.pending
-    manifest = transaction.apply_change_set(change_set)
+    the_plan = plan(site)
+    assert the_plan.pending
+    engine.apply(the_plan)
+    manifest = the_plan.manifest_after
     root = site / "vllm"
     assert (root / "_custom_ops.py").read_text().endswith(FOOTER)
     assert (root / "_custom_ops.py").stat().st_mode & 0o777 == 0o640
@@ -71,22 +85,22 @@ def test_apply_then_revert_is_byte_identical(tmp_path):
     assert not (root / "__pycache__" / "_custom_ops.cpython-310.pyc").exists()
     assert (root / "__pycache__" / "other.cpython-310.pyc").exists()
     assert "vllm/__pycache__/_custom_ops.cpython-310.pyc" in manifest["bytecode"]
-    assert not transaction.StateDir(locate_tree(site, None)).has_journal()
+    assert not (root / ".vllm-codemod" / "journal.json").exists()
     assert not plan(site).pending  # idempotent
 
     # bytecode that appears for the patched source must not survive revert
     (root / "__pycache__" / "_custom_ops.cpython-311.pyc").write_bytes(b"patched bytecode")
     (root / "_codemod_kernels" / "__pycache__").mkdir()
     (root / "_codemod_kernels" / "__pycache__" / "k.cpython-311.pyc").write_bytes(b"x")
-    touched = transaction.revert_tree(locate_tree(site, None), force=False)
-    assert "vllm/_custom_ops.py" in touched
+    touched = revert(site)
+    assert "vllm/_custom_ops.py" in touched.restored
     assert snapshot(site) == before
 
 
 def test_updated_kernels_replace_the_old_copy_and_stale_files_go(tmp_path):
     site = make_site(tmp_path)
     before = snapshot(site)
-    transaction.apply_change_set(plan(site))
+    apply(site)
 
     class Newer(AppendFooter):
         def plan(self, module, context):
@@ -94,49 +108,52 @@ def test_updated_kernels_replace_the_old_copy_and_stale_files_go(tmp_path):
             result.added_files = {"_codemod_kernels/__init__.py": b"KERNEL = 2\n"}
             return result
 
-    change_set = plan(site, Newer())
-    assert change_set.results[0].status is Status.PENDING
-    assert "bundled kernels" in change_set.results[0].reason
-    paths = {c.path: c for c in change_set.changes}
+    the_plan = plan(site, Newer())
+    assert the_plan.transforms[0].status == Status.PENDING.value
+    assert "bundled kernels" in the_plan.transforms[0].reason
+    paths = {c.path: c for c in the_plan.changes}
     assert paths["vllm/_codemod_kernels/k.py"].new is None  # no longer shipped
-    transaction.apply_change_set(change_set)
+    engine.apply(the_plan)
     assert not (site / "vllm" / "_codemod_kernels" / "k.py").exists()
     assert not plan(site, Newer()).pending
-    transaction.revert_tree(locate_tree(site, None), force=False)
+    revert(site)
     assert snapshot(site) == before
 
 
 def test_revert_refuses_to_discard_later_edits(tmp_path):
     site = make_site(tmp_path)
-    transaction.apply_change_set(plan(site))
+    apply(site)
     target = site / "vllm" / "_custom_ops.py"
     target.write_text("someone reinstalled this\n")
     with pytest.raises(CodemodError, match="changed since vllm-codemod patched it"):
-        transaction.revert_tree(locate_tree(site, None), force=False)
+        revert(site)
     assert target.read_text() == "someone reinstalled this\n"
-    transaction.revert_tree(locate_tree(site, None), force=True)
+    revert(site, force=True)
     assert target.read_text() == "def f():\n    raise NotImplementedError\n"
 
 
 def _count_writes(monkeypatch, action) -> int:
     calls = []
-    real = transaction.atomic_write
+    real = fsutil.os.replace
 
     def counting(*args, **kwargs):
         calls.append(args[0])
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(transaction, "atomic_write", counting)
+    monkeypatch.setattr(fsutil.os, "replace", counting)
     action()
-    monkeypatch.setattr(transaction, "atomic_write", real)
+    monkeypatch.setattr(fsutil.os, "replace", real)
     return len(calls)
 
 
 def _run_killed_at(n: int, action) -> None:
-    """Run ``action`` in a forked child that SIGKILLs itself at its n-th atomic write."""
+    """Run ``action`` in a forked child that SIGKILLs itself just before its n-th rename.
+
+    At that instant the temp file is complete but not yet in place: the worst debris.
+    """
     pid = os.fork()
     if pid == 0:  # child
-        real = transaction.atomic_write
+        real = fsutil.os.replace
         count = [0]
 
         def killing(*args, **kwargs):
@@ -145,7 +162,7 @@ def _run_killed_at(n: int, action) -> None:
                 os.kill(os.getpid(), signal.SIGKILL)
             return real(*args, **kwargs)
 
-        transaction.atomic_write = killing
+        fsutil.os.replace = killing
         try:
             action()
         finally:
@@ -159,45 +176,43 @@ def test_sigkill_at_any_write_point_is_recoverable(tmp_path, monkeypatch):
     pristine_site = make_site(tmp_path / "pristine")
     pristine = snapshot(pristine_site)
     probe = make_site(tmp_path / "probe")
-    writes = _count_writes(monkeypatch, lambda: transaction.apply_change_set(plan(probe)))
+    writes = _count_writes(monkeypatch, lambda: apply(probe))
     patched = snapshot(probe)[0]["vllm/_custom_ops.py"]
-    revert_writes = _count_writes(
-        monkeypatch, lambda: transaction.revert_tree(locate_tree(probe, None), force=False)
-    )
+    revert_writes = _count_writes(monkeypatch, lambda: revert(probe))
     assert writes >= 6 and revert_writes >= 1
 
     for n in range(1, writes + 1):
         site = make_site(tmp_path / f"apply{n}")
-        _run_killed_at(n, lambda site=site: transaction.apply_change_set(plan(site)))
-        tree = locate_tree(site, None)
-        transaction.recover(tree)
+        _run_killed_at(n, lambda site=site: apply(site))
+        recover(site)
         current = (site / "vllm" / "_custom_ops.py").read_bytes()
         assert current in (pristine[0]["vllm/_custom_ops.py"], patched), n
+        if n < writes // 2:  # no commit yet: recovery alone gives back the pristine tree
+            assert snapshot(site) == pristine, f"apply killed at write {n}"
         if plan(site).pending:
-            transaction.apply_change_set(plan(site))
+            apply(site)
         assert not plan(site).pending
-        transaction.revert_tree(tree, force=False)
+        revert(site)
         assert snapshot(site) == pristine, f"apply killed at write {n}"
 
     for n in range(1, revert_writes + 1):
         site = make_site(tmp_path / f"revert{n}")
-        transaction.apply_change_set(plan(site))
-        tree = locate_tree(site, None)
-        _run_killed_at(n, lambda tree=tree: transaction.revert_tree(tree, force=False))
-        transaction.recover(tree)
-        transaction.revert_tree(tree, force=False)
+        apply(site)
+        _run_killed_at(n, lambda site=site: revert(site))
+        recover(site)
+        revert(site)
         assert snapshot(site) == pristine, f"revert killed at write {n}"
 
 
 def test_a_reinstall_over_a_patched_tree_becomes_the_new_original(tmp_path):
     site = make_site(tmp_path)
-    transaction.apply_change_set(plan(site))
+    apply(site)
     target = site / "vllm" / "_custom_ops.py"
     target.write_text("def f():\n    raise NotImplementedError('new release')\n")
     reinstalled = snapshot(site)
-    transaction.apply_change_set(plan(site))
+    apply(site)
     assert target.read_text().endswith(FOOTER)
-    transaction.revert_tree(locate_tree(site, None), force=False)
+    revert(site)
     assert target.read_bytes() == reinstalled[0]["vllm/_custom_ops.py"]
     assert not (site / "vllm" / ".vllm-codemod").exists()
     assert not (site / "vllm" / "_codemod_kernels").exists()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from contextlib import contextmanager
@@ -15,9 +16,26 @@ REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "vendor_fixtures"
 
 
+_PATCHED_AT = re.compile(rb'\n  "patched_at": "[^"]*",\n')
+
+
+def _masked(rel: str, data: bytes) -> bytes:
+    """A manifest's bytes without its timestamp (two applies differ only there)."""
+    if rel.endswith(".vllm-codemod/manifest.json"):
+        return _PATCHED_AT.sub(b"\n", data)
+    return data
+
+
 def snapshot(root: Path) -> Tuple[Dict[str, bytes], frozenset]:
-    """Every file's bytes and every directory under ``root``: what byte-identical means."""
-    files = {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    """Every file's bytes and every directory under ``root``: what byte-identical means.
+
+    The one exception is the ``patched_at`` time stamp in the tool's manifest.
+    """
+    files = {
+        p.relative_to(root).as_posix(): _masked(p.relative_to(root).as_posix(), p.read_bytes())
+        for p in root.rglob("*")
+        if p.is_file()
+    }
     dirs = frozenset(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_dir())
     return files, dirs
 

@@ -1,11 +1,61 @@
-"""One exception type for every user-facing failure.
+"""The exceptions the engine raises for failures a user can act on.
 
-Commands turn it into a single line on stderr and exit status 2; anything else that
-escapes is a bug and keeps its traceback.
+Every one carries a one-line message that says what went wrong, where, and what to do.
+The command-line boundary maps them to exit codes (all of these are exit status 2: bad
+input, refusal, conflict or an environment problem); anything else that escapes is a
+bug.  The subclasses exist so that callers (the CLI's report, tests) can tell the kinds
+apart without parsing messages.
 """
+
+from __future__ import annotations
+
+import errno as errno_module
+import os
+from pathlib import Path
+from typing import Optional, Union
 
 
 class CodemodError(Exception):
     """A failure the user can act on: the message says what, where, and what to do."""
 
     exit_code = 2
+
+
+class UserError(CodemodError):
+    """Bad command-line input: an unknown name, a value out of range, a missing path."""
+
+
+class ConflictError(CodemodError):
+    """A transform met a shape it does not understand; nothing was written."""
+
+
+class RefusalError(CodemodError):
+    """The tool could go on but will not: doing so could destroy a file it does not own."""
+
+
+class ManifestError(CodemodError):
+    """The state directory (manifest, journal, saved originals) is unreadable or untrustworthy."""
+
+
+class EnvironmentProblem(CodemodError):
+    """The filesystem said no (disk full, read-only, permission): names the file and errno."""
+
+    def __init__(
+        self,
+        path: Union[str, Path],
+        error: Optional[OSError] = None,
+        hint: str = "",
+        *,
+        errno: Optional[int] = None,
+    ) -> None:
+        self.path = str(path)
+        self.errno = errno if errno is not None else (error.errno if error is not None else None)
+        if error is not None and error.strerror:
+            reason = error.strerror
+        elif self.errno is not None:
+            reason = os.strerror(self.errno)
+        else:
+            reason = str(error) if error is not None else "failed"
+        self.reason = reason
+        self.errno_name = errno_module.errorcode.get(self.errno or -1, "")
+        super().__init__(f"{self.path}: {reason}" + (f"; {hint}" if hint else ""))

@@ -1,4 +1,12 @@
-"""Small filesystem primitives the engine's crash-safety rests on."""
+"""Small filesystem primitives the engine's crash-safety rests on.
+
+Every write in a tree goes through :func:`atomic_write`: a temp file in the target's own
+directory, named with :data:`TEMP_MARK` and our pid so that a run killed between write
+and rename leaves debris that the next run can recognise as ours (and nothing else) and
+remove.  The written file keeps the owner, group and mode of the file it replaces (a
+Dockerfile runs us as root; the tree may belong to someone else), and a symlinked target
+is written *through*, so the link itself stays as it was.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +14,18 @@ import errno
 import fcntl
 import hashlib
 import os
-import tempfile
+import re
+import stat
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Iterable, Iterator, List, Optional, Tuple
 
-from .errors import CodemodError
+from .errors import CodemodError, EnvironmentProblem
+
+#: every temp file we create is ``.<name>.vllm-codemod-<pid>.tmp`` beside its target
+TEMP_MARK = ".vllm-codemod-"
+_TEMP_RE = re.compile(r"^\..+\.vllm-codemod-[0-9]+\.tmp$")
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -27,32 +40,123 @@ def sha256_file(path: Path) -> Optional[str]:
         return None
 
 
+def temp_path_for(target: Path) -> Path:
+    return target.parent / f".{target.name}{TEMP_MARK}{os.getpid()}.tmp"
+
+
+def is_our_temp_file(name: str) -> bool:
+    return _TEMP_RE.match(name) is not None
+
+
+def _owner_of(path: Path) -> Tuple[int, int]:
+    st = os.stat(path)
+    return st.st_uid, st.st_gid
+
+
+def _give_to(fd_or_path: object, owner: Tuple[int, int]) -> None:
+    """Hand a file we created to ``owner``: always as root, else the group if we may.
+
+    Without privileges we cannot give a file away; it then stays ours, which is what any
+    other tool run by this user would do too (never root behind the user's back).
+    """
+    uid, gid = owner
+    chown = os.fchown if isinstance(fd_or_path, int) else os.chown
+    try:
+        if os.geteuid() == 0:
+            chown(fd_or_path, uid, gid)  # type: ignore[arg-type]
+        elif gid != os.getegid():
+            chown(fd_or_path, -1, gid)  # type: ignore[arg-type]
+    except PermissionError:
+        pass
+
+
+def make_dirs(directory: Path) -> None:
+    """``mkdir -p`` whose new directories belong to the owner of the directory above them."""
+    missing: List[Path] = []
+    current = directory
+    while not current.exists():
+        missing.append(current)
+        current = current.parent
+    for path in reversed(missing):
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise EnvironmentProblem(path, exc) from None
+        _give_to(str(path), _owner_of(path.parent))
+
+
 def atomic_write(path: Path, data: bytes, mode: Optional[int] = None) -> None:
     """Replace ``path`` with ``data`` so that readers (and a crash) see old or new, never half.
 
-    The temp file lives in the same directory so ``os.replace`` is a rename on one
-    filesystem.  The file's permission bits survive unless ``mode`` says otherwise.
+    A symlink is followed: its target file is replaced and the link is left alone.  The
+    replaced file's mode, owner and group carry over (``mode`` overrides the mode); a new
+    file gets ``mode`` (default 0644) and the owner of its directory.  Failures raise
+    :class:`EnvironmentProblem` naming ``path``; the temp file never outlives a failure
+    we see (a SIGKILL leaves it for :func:`sweep_temp_files`).
     """
-    if mode is None:
-        try:
-            mode = path.stat().st_mode & 0o7777
-        except FileNotFoundError:
-            mode = 0o644
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    target = Path(os.path.realpath(path))
     try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp_name, mode)
-        os.replace(tmp_name, path)
-    except BaseException:
+        st: Optional[os.stat_result] = os.stat(target)
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        raise EnvironmentProblem(path, exc) from None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise EnvironmentProblem(
+            path, hint="not a regular file; refusing to replace it", errno=errno.EINVAL
+        )
+    make_dirs(target.parent)
+    if mode is None:
+        mode = stat.S_IMODE(st.st_mode) if st is not None else 0o644
+    owner = (st.st_uid, st.st_gid) if st is not None else _owner_of(target.parent)
+    tmp = temp_path_for(target)
+    try:
         try:
-            os.unlink(tmp_name)
-        except FileNotFoundError:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        except FileExistsError:  # left by a killed run whose pid we now have
+            os.unlink(tmp)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        try:
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+            _give_to(fd, owner)  # before chmod: chown clears set-id bits
+            os.fchmod(fd, mode)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, target)
+    except BaseException as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
             pass
+        if isinstance(exc, OSError):
+            raise EnvironmentProblem(path, exc) from None
         raise
+
+
+def sweep_temp_files(directories: Iterable[Path]) -> List[Path]:
+    """Remove temp files a killed run of ours left in ``directories`` (only our pattern)."""
+    removed: List[Path] = []
+    for directory in sorted(set(directories)):
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:
+            continue
+        for entry in entries:
+            if is_our_temp_file(entry.name) and entry.is_file(follow_symlinks=False):
+                try:
+                    os.unlink(entry.path)
+                except FileNotFoundError:
+                    continue
+                except OSError as exc:
+                    raise EnvironmentProblem(entry.path, exc) from None
+                removed.append(Path(entry.path))
+    return removed
 
 
 def remove_file(path: Path) -> None:
@@ -60,6 +164,8 @@ def remove_file(path: Path) -> None:
         path.unlink()
     except FileNotFoundError:
         pass
+    except OSError as exc:
+        raise EnvironmentProblem(path, exc) from None
 
 
 def remove_empty_dirs(start: Path, stop: Path) -> None:
@@ -71,6 +177,56 @@ def remove_empty_dirs(start: Path, stop: Path) -> None:
         except OSError:
             return
         current = current.parent
+
+
+def read_regular_file(path: Path) -> bytes:
+    """The bytes of ``path`` (symlinks followed), refusing anything but a regular file.
+
+    Opening a FIFO for reading would block until a writer appears, and a device is not
+    a file we may replace, so we open without blocking and look before reading.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise
+    except IsADirectoryError:
+        raise
+    except OSError as exc:
+        raise EnvironmentProblem(path, exc) from None
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+        if not stat.S_ISREG(st.st_mode):
+            raise NotARegularFile(path, _kind(st.st_mode))
+        chunks = []
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+class NotARegularFile(CodemodError):
+    def __init__(self, path: Path, kind: str) -> None:
+        self.path = path
+        self.kind = kind
+        super().__init__(f"{path}: is a {kind}, not a regular file; pass the file itself")
+
+
+def _kind(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISFIFO, "FIFO"),
+        (stat.S_ISCHR, "character device"),
+        (stat.S_ISBLK, "block device"),
+        (stat.S_ISSOCK, "socket"),
+    ):
+        if test(mode):
+            return name
+    return "special file"
 
 
 @contextmanager

@@ -7,6 +7,7 @@ transforms that share a target see each other's output in registry order.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -17,9 +18,10 @@ from packaging.version import Version
 from vllm_codemod.transforms.base import Plan, Status, Transform, TransformContext
 
 from .discovery import VllmTree
-from .errors import CodemodError
+from .errors import CodemodError, RefusalError
 from .excerpt import make_excerpt
 from .fsutil import sha256_bytes
+from .textcodec import TextForm, decode
 
 
 @dataclass
@@ -58,8 +60,21 @@ class ChangeSet:
         return bool(self.changes)
 
 
-def _read_target(tree: VllmTree, rel: str, transform: Transform) -> bytes:
+def _inside_tree(tree: VllmTree, rel: str) -> Path:
+    """``rel``'s path, refusing one whose symlinks lead out of the vllm package."""
     path = tree.path(rel)
+    real = os.path.realpath(path)
+    root = os.path.realpath(tree.root)
+    if not real.startswith(root + os.sep):
+        raise RefusalError(
+            f"{path}: resolves to {real}, outside {tree.root}; vllm-codemod only writes inside "
+            "the vllm package (replace the symlink with the file, or leave the tree alone)"
+        )
+    return path
+
+
+def _read_target(tree: VllmTree, rel: str, transform: Transform) -> bytes:
+    path = _inside_tree(tree, rel)
     try:
         return path.read_bytes()
     except FileNotFoundError:
@@ -71,9 +86,9 @@ def _read_target(tree: VllmTree, rel: str, transform: Transform) -> bytes:
         raise CodemodError(f"{path}: cannot read it ({exc.strerror})") from None
 
 
-def _decode(path: Path, data: bytes) -> str:
+def _decode(path: Path, data: bytes) -> Tuple[str, TextForm]:
     try:
-        return data.decode("utf-8")
+        return decode(data)
     except UnicodeDecodeError as exc:
         raise CodemodError(
             f"{path}: not UTF-8 (byte {exc.start}); vLLM sources are UTF-8, so this file is "
@@ -151,6 +166,7 @@ def build_change_set(
     results: List[TransformResult] = []
     sources: Dict[str, bytes] = {}
     texts: Dict[str, str] = {}
+    forms: Dict[str, TextForm] = {}
     touched_by: Dict[str, List[str]] = {}
     wanted_files: Dict[str, bytes] = {}
     wanted_by: Dict[str, str] = {}
@@ -160,7 +176,7 @@ def build_change_set(
         path = tree.path(rel)
         if rel not in texts:
             sources[rel] = _read_target(tree, rel, transform)
-            texts[rel] = _decode(path, sources[rel])
+            texts[rel], forms[rel] = _decode(path, sources[rel])
         plan, new_text = _plan_text(path, texts[rel], transform, context)
         result = TransformResult(transform, rel, plan.status, plan.reason, dict(plan.details))
         results.append(result)
@@ -180,13 +196,14 @@ def build_change_set(
 
     changes: List[FileChange] = []
     for rel, names in touched_by.items():
-        new = texts[rel].encode("utf-8")
+        new = forms[rel].encode(texts[rel])
         if new != sources[rel]:
             changes.append(FileChange(rel, sources[rel], new, names))
 
     stale_names = set()
     for rel, data in sorted(wanted_files.items()):
-        current = _read_optional(tree.path(rel))
+        current = _read_optional(_inside_tree(tree, rel))
+        _refuse_unowned(tree, rel, current, previously_added)
         if current != data:
             changes.append(FileChange(rel, current, data, [wanted_by[rel]], added=True))
             stale_names.add(wanted_by[rel])
@@ -230,7 +247,7 @@ def _check_requirements(
             path = tree.path(rel)
             if rel not in texts:
                 try:
-                    texts[rel] = _decode(path, path.read_bytes())
+                    texts[rel] = _decode(path, path.read_bytes())[0]
                 except FileNotFoundError:
                     continue
             probe, _ = _plan_text(path, texts[rel], required, context)
@@ -240,6 +257,28 @@ def _check_requirements(
                     f"needs {name} ({probe.status.value}: {probe.reason}); "
                     f"run it in the same apply (drop --skip {name} / add --only {name})"
                 )
+
+
+def _refuse_unowned(
+    tree: VllmTree,
+    rel: str,
+    current: Optional[bytes],
+    previously_added: Mapping[str, Tuple[str, str]],
+) -> None:
+    """Refuse to take over a file the manifest does not prove we wrote.
+
+    Overwriting it now would lose someone's file, and revert would later delete it.
+    """
+    if current is None:
+        return
+    recorded = previously_added.get(rel)
+    if recorded is not None and recorded[0] == sha256_bytes(current):
+        return
+    why = "changed since vllm-codemod added it" if recorded else "not written by vllm-codemod"
+    raise RefusalError(
+        f"{tree.path(rel)}: already exists and is {why}; move it away (or reinstall vllm) "
+        "and run again; nothing was changed"
+    )
 
 
 def _read_optional(path: Path) -> Optional[bytes]:

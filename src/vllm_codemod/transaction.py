@@ -1,87 +1,60 @@
-"""Crash-safe writes to the vllm tree: originals, a redo journal, and the manifest.
+"""Crash-safe execution of a change to a tree: staging, a redo journal, recovery.
 
 Protocol for every run that writes (apply and revert alike):
 
-1. Save what must survive (pristine originals, displaced bytecode) and stage new
-   contents under the state directory.  A crash here leaves the tree untouched.
+1. Stage everything the run will write (new contents, originals to keep) under the state
+   directory.  A crash here leaves the tree untouched; the staging is debris that
+   :func:`recover` removes.
 2. Write ``journal.json`` atomically: the ordered steps and the manifest to end with.
    From this instant the run is committed.
 3. Replay the steps; each is idempotent (a write is skipped once the target already has
-   the wanted hash), so a run killed at any point is finished by the next apply or
-   revert calling :func:`recover`.  The journal is deleted last.
+   the wanted hash), so a run killed at any point is finished by the next run calling
+   :func:`recover`.  The journal is deleted last (after the manifest is written, or,
+   for revert, after the manifest is deleted and before the state directory goes).
 
 The state directory lives inside the vllm package (``vllm/.vllm-codemod/``) so it
 travels with the tree through ``docker commit`` and layer squashing; revert deletes it.
+A journal is read as untrusted input, like the manifest: every path it names is checked.
 """
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Iterable, List, Optional, Set
 
-from . import __version__
 from .discovery import VllmTree
-from .errors import CodemodError
-from .fsutil import atomic_write, remove_empty_dirs, remove_file, sha256_bytes, sha256_file
-from .planner import ChangeSet
+from .errors import EnvironmentProblem, ManifestError
+from .fsutil import (
+    atomic_write,
+    remove_empty_dirs,
+    remove_file,
+    sha256_bytes,
+    sha256_file,
+    sweep_temp_files,
+)
+from .manifest import STATE_DIR_NAME, StateDir, check_tree_path, dump, validate
 
-STATE_DIR_NAME = ".vllm-codemod"
-MANIFEST_FORMAT = 1
-
-
-@dataclass(frozen=True)
-class StateDir:
-    tree: VllmTree
-
-    @property
-    def path(self) -> Path:
-        return self.tree.root / STATE_DIR_NAME
-
-    @property
-    def manifest_path(self) -> Path:
-        return self.path / "manifest.json"
-
-    @property
-    def journal_path(self) -> Path:
-        return self.path / "journal.json"
-
-    def originals(self, rel: str) -> Path:
-        return self.path / "originals" / rel
-
-    def staged(self, rel: str) -> Path:
-        return self.path / "staged" / rel
-
-    def has_journal(self) -> bool:
-        return self.journal_path.exists()
-
-    def load_manifest(self) -> Dict[str, Any]:
-        try:
-            data = json.loads(self.manifest_path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return empty_manifest()
-        except (OSError, ValueError) as exc:
-            raise CodemodError(
-                f"{self.manifest_path}: unreadable manifest ({exc}); restore it from a backup "
-                "or reinstall vllm and delete the .vllm-codemod directory"
-            ) from None
-        if data.get("format") != MANIFEST_FORMAT:
-            raise CodemodError(
-                f"{self.manifest_path}: manifest format {data.get('format')!r} is not one this "
-                f"vllm-codemod {__version__} reads; use the version that wrote it"
-            )
-        return data
-
-
-def empty_manifest() -> Dict[str, Any]:
-    return {"format": MANIFEST_FORMAT, "files": {}, "added": {}, "bytecode": {}}
-
-
-def _dump(data: Dict[str, Any]) -> bytes:
-    return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8")
+# Re-exported for callers that knew them here.
+__all__ = [
+    "STATE_DIR_NAME",
+    "StateDir",
+    "Recovery",
+    "bytecode_for",
+    "commit",
+    "discard_uncommitted",
+    "recover",
+    "remove_step",
+    "replay",
+    "stage",
+    "writable_probe",
+    "write_step",
+]
 
 
 def bytecode_for(source: Path) -> List[Path]:
@@ -92,7 +65,7 @@ def bytecode_for(source: Path) -> List[Path]:
     return sorted(cache.glob(f"{source.stem}.*.pyc"))
 
 
-def _writable_probe(directory: Path) -> None:
+def writable_probe(directory: Path) -> None:
     """Fail before writing anything if ``directory`` (or what would hold it) is read-only.
 
     An unnamed temp file (O_TMPFILE on Linux) proves we can create files there without
@@ -105,199 +78,229 @@ def _writable_probe(directory: Path) -> None:
         with tempfile.TemporaryFile(dir=probe_dir):
             pass
     except OSError as exc:
-        raise CodemodError(
-            f"{probe_dir}: not writable ({exc.strerror}); run as the owner of the vLLM install "
-            "(e.g. as root in the Dockerfile), or use `vllm-codemod diff` to preview"
+        raise EnvironmentProblem(
+            probe_dir,
+            exc,
+            "not writable; run as the owner of the vLLM install (e.g. as root in the "
+            "Dockerfile), or use `vllm-codemod diff` to preview; nothing was changed",
         ) from None
 
 
-def _is_new_baseline(entry: Optional[Dict[str, Any]], change: Any) -> bool:
-    """Whether ``change.old`` is an original to keep: never patched, or replaced since.
+def replaceable_probe(path: Path) -> None:
+    """Fail early on a file that even root cannot replace (``chattr +i``, read-only mount).
 
-    A file that is neither our patched bytes nor the original we saved was replaced
-    behind our back (a reinstall over a patched tree, say): its current bytes are the
-    original that revert must bring back, not the stale copy from an older release.
+    Only root is asked: for anyone else write permission on the file says nothing about
+    replacing it (that is the directory's permission, which :func:`writable_probe` checks).
     """
-    if entry is None:
-        return True
-    current = sha256_bytes(change.old) if change.old is not None else None
-    return current not in (entry.get("patched_sha256"), entry["original_sha256"])
+    if os.geteuid() != 0 or not path.exists():
+        return
+    real = os.path.realpath(path)
+    if not os.access(real, os.W_OK):
+        raise EnvironmentProblem(
+            path,
+            errno=errno.EPERM,
+            hint="cannot be replaced, even by root (immutable attribute or read-only mount?); "
+            "nothing was changed",
+        )
 
 
-def _write_step(rel: str, source: Path, data: bytes, mode: Optional[int]) -> Dict[str, Any]:
-    return {
-        "kind": "write",
-        "path": rel,
-        "source": source.as_posix(),
-        "sha256": sha256_bytes(data),
-        "mode": mode,
-    }
+def write_step(rel: str, source: str, data_sha256: str, mode: Optional[int]) -> Dict[str, Any]:
+    """Make ``rel`` (relative to the tree's base) hold ``source`` (relative to the state dir)."""
+    return {"kind": "write", "path": rel, "source": source, "sha256": data_sha256, "mode": mode}
 
 
-def _remove_step(rel: str) -> Dict[str, Any]:
+def remove_step(rel: str) -> Dict[str, Any]:
     return {"kind": "remove", "path": rel}
 
 
-def apply_change_set(change_set: ChangeSet) -> Dict[str, Any]:
-    """Write ``change_set`` to its tree; returns the new manifest.  Caller holds the lock."""
-    tree = change_set.tree
-    state = StateDir(tree)
-    old = state.load_manifest()
-    manifest = json.loads(json.dumps(old))  # deep copy
-    manifest["tool_version"] = __version__
-    manifest["vllm_version"] = str(change_set.version) if change_set.version else None
-
-    directories = {state.path}
-    for change in change_set.changes:
-        target = tree.path(change.path)
-        directories.add(target.parent)
-        directories.update(pyc.parent for pyc in bytecode_for(target))
-    for directory in sorted(directories):
-        _writable_probe(directory)
-
-    steps: List[Dict[str, Any]] = []
-    for change in change_set.changes:
-        target = tree.path(change.path)
-        first_touch = not change.added and _is_new_baseline(old["files"].get(change.path), change)
-        for pyc in bytecode_for(target):
-            pyc_rel = tree.rel(pyc)
-            if first_touch:
-                data = pyc.read_bytes()
-                atomic_write(state.originals(pyc_rel), data)
-                manifest["bytecode"][pyc_rel] = sha256_bytes(data)
-            steps.append(_remove_step(pyc_rel))
-        if change.new is None:
-            steps.append(_remove_step(change.path))
-            manifest["added"].pop(change.path, None)
-            continue
-        atomic_write(state.staged(change.path), change.new)
-        source = state.staged(change.path).relative_to(state.path)
-        if change.added:
-            steps.append(_write_step(change.path, source, change.new, 0o644))
-            manifest["added"][change.path] = {
-                "sha256": sha256_bytes(change.new),
-                "transform": change.transforms[0],
-            }
-            continue
-        entry = manifest["files"].get(change.path)
-        if first_touch:
-            assert change.old is not None
-            atomic_write(state.originals(change.path), change.old)
-            entry = {
-                "original_sha256": sha256_bytes(change.old),
-                "mode": target.stat().st_mode & 0o7777,
-                "transforms": [],
-            }
-            manifest["files"][change.path] = entry
-        entry["patched_sha256"] = sha256_bytes(change.new)
-        entry["transforms"] = sorted(set(entry["transforms"]) | set(change.transforms))
-        steps.append(_write_step(change.path, source, change.new, None))
-
-    journal = {"op": "apply", "steps": steps, "manifest": manifest}
-    atomic_write(state.journal_path, _dump(journal))
-    _replay(state, journal)
-    return manifest
+def stage(state: StateDir, area: str, rel: str, data: bytes) -> str:
+    """Save ``data`` under ``staged/<area>/<rel>``; returns that path relative to the state dir."""
+    path = state.path / "staged" / area / rel
+    atomic_write(path, data)
+    return state.rel(path)
 
 
-def revert_tree(tree: VllmTree, force: bool) -> List[str]:
-    """Restore every file the tool changed and remove what it added; returns paths touched."""
-    state = StateDir(tree)
-    if not state.path.exists():
-        return []
-    manifest = state.load_manifest()
-    _writable_probe(state.path)
-    steps: List[Dict[str, Any]] = []
-    touched: List[str] = []
-    for rel, entry in sorted(manifest["files"].items()):
-        target = tree.path(rel)
-        current = sha256_file(target)
-        for pyc in bytecode_for(target):
-            steps.append(_remove_step(tree.rel(pyc)))
-        if current == entry["original_sha256"]:
-            continue
-        if current != entry.get("patched_sha256") and not force:
-            raise CodemodError(
-                f"{target}: changed since vllm-codemod patched it (was it reinstalled?); "
-                "reverting would discard that change; pass --force to restore the original anyway"
-            )
-        original = state.originals(rel)
-        if sha256_file(original) != entry["original_sha256"]:
-            raise CodemodError(
-                f"{original}: the saved original is missing or damaged; cannot revert {rel}; "
-                "reinstall vllm to get a clean tree"
-            )
-        steps.append(
-            {
-                "kind": "write",
-                "path": rel,
-                "source": original.relative_to(state.path).as_posix(),
-                "sha256": entry["original_sha256"],
-                "mode": entry.get("mode"),
-            }
-        )
-        touched.append(rel)
-    for rel, entry in sorted(manifest["added"].items()):
-        target = tree.path(rel)
-        current = sha256_file(target)
-        if current is not None and current != entry["sha256"] and not force:
-            raise CodemodError(
-                f"{target}: changed since vllm-codemod added it; pass --force to remove it anyway"
-            )
-        for pyc in bytecode_for(target):
-            steps.append(_remove_step(tree.rel(pyc)))
-        steps.append(_remove_step(rel))
-        touched.append(rel)
-    for rel, digest in sorted(manifest["bytecode"].items()):
-        source = state.originals(rel)
-        if sha256_file(source) == digest:
-            steps.append(
-                {
-                    "kind": "write",
-                    "path": rel,
-                    "source": source.relative_to(state.path).as_posix(),
-                    "sha256": digest,
-                    "mode": None,
-                }
-            )
-    journal = {"op": "revert", "steps": steps, "manifest": None}
-    atomic_write(state.journal_path, _dump(journal))
-    _replay(state, journal)
-    return touched
+def commit(state: StateDir, op: str, steps: List[Dict[str, Any]], manifest: Any) -> Dict[str, Any]:
+    journal = {"op": op, "steps": steps, "manifest": manifest}
+    atomic_write(state.journal_path, dump(journal))
+    return journal
 
 
-def recover(tree: VllmTree) -> Optional[str]:
-    """Finish a run that was killed after committing; returns its op, or None if clean."""
-    state = StateDir(tree)
-    if not state.has_journal():
-        staged = state.path / "staged"
-        if staged.exists():  # a run died before committing: its staging is garbage
-            shutil.rmtree(staged)
-        return None
+def discard_uncommitted(state: StateDir) -> None:
+    """Undo the staging of a run that failed before committing: the tree was never touched."""
+    if state.has_journal():
+        return
+    if not state.has_manifest():
+        shutil.rmtree(state.path, ignore_errors=True)
+    else:
+        shutil.rmtree(state.path / "staged", ignore_errors=True)
+    sweep_temp_files(_state_dirs(state))
+
+
+def _state_target(state: StateDir, rel: str, where: str) -> Path:
+    """A journal step's target: a tree path, or a saved original inside the state dir."""
+    prefix = state.tree.rel(state.path / "originals") + "/"
+    if isinstance(rel, str) and rel.startswith(prefix):
+        inner = rel[len(prefix) :]
+        check_tree_path(state.tree, inner, where, allow_record=True)
+        target = state.tree.path(rel)
+        real_state = os.path.realpath(state.path)
+        if not os.path.realpath(target).startswith(real_state + os.sep):
+            raise ManifestError(f"{where}: {rel!r} leaves the state directory; reinstall vllm")
+        return target
+    check_tree_path(state.tree, rel, where, allow_record=True)
+    return state.tree.path(rel)
+
+
+def _state_source(state: StateDir, source: Any, where: str) -> Path:
+    parts = source.split("/") if isinstance(source, str) else []
+    if (
+        not parts
+        or parts[0] not in ("staged", "originals")
+        or any(p in ("", ".", "..") for p in parts)
+    ):
+        raise ManifestError(f"{where}: bad source {source!r}; reinstall vllm")
+    return state.path.joinpath(*parts)
+
+
+def load_journal(state: StateDir) -> Dict[str, Any]:
+    where = str(state.journal_path)
     try:
         journal = json.loads(state.journal_path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise CodemodError(
-            f"{state.journal_path}: unreadable journal ({exc}); an interrupted run cannot be "
-            "finished automatically; reinstall vllm"
+        raise ManifestError(
+            f"{where}: unreadable journal ({exc}); an interrupted run cannot be finished "
+            "automatically; reinstall vllm and delete the .vllm-codemod directory"
         ) from None
-    _replay(state, journal)
-    return str(journal.get("op"))
-
-
-def _replay(state: StateDir, journal: Dict[str, Any]) -> None:
-    tree = state.tree
+    if not isinstance(journal, dict) or not isinstance(journal.get("steps"), list):
+        raise ManifestError(f"{where}: not a journal; reinstall vllm")
     for step in journal["steps"]:
-        target = tree.path(step["path"])
+        if not isinstance(step, dict) or step.get("kind") not in ("write", "remove"):
+            raise ManifestError(f"{where}: bad step {step!r}; reinstall vllm")
+        _state_target(state, step.get("path"), where)
+        if step["kind"] == "write":
+            _state_source(state, step.get("source"), where)
+    if journal.get("manifest") is not None:
+        journal["manifest"] = validate(journal["manifest"], state.tree, where)
+    return journal
+
+
+def replay(state: StateDir, journal: Dict[str, Any]) -> None:
+    """Carry out a committed journal; safe to repeat after a crash at any point."""
+    tree = state.tree
+    where = str(state.journal_path)
+    for step in journal["steps"]:
+        target = _state_target(state, step["path"], where)
         if step["kind"] == "write":
             if sha256_file(target) != step["sha256"]:
-                data = (state.path / step["source"]).read_bytes()
+                source = _state_source(state, step["source"], where)
+                try:
+                    data = source.read_bytes()
+                except FileNotFoundError:
+                    raise ManifestError(
+                        f"{source}: missing, needed to finish an interrupted run on "
+                        f"{target}; reinstall vllm"
+                    ) from None
+                if sha256_bytes(data) != step["sha256"]:
+                    raise ManifestError(f"{source}: damaged (hash differs); reinstall vllm")
                 atomic_write(target, data, step.get("mode"))
         else:
             remove_file(target)
             remove_empty_dirs(target.parent, tree.root)
     if journal["manifest"] is None:
-        shutil.rmtree(state.path)
+        remove_file(state.manifest_path)
+        remove_file(state.journal_path)
+        _remove_state_dir(state)
         return
-    atomic_write(state.manifest_path, _dump(journal["manifest"]))
+    atomic_write(state.manifest_path, dump(journal["manifest"]))
     shutil.rmtree(state.path / "staged", ignore_errors=True)
-    state.journal_path.unlink()
+    remove_file(state.journal_path)
+
+
+def _remove_state_dir(state: StateDir) -> None:
+    try:
+        shutil.rmtree(state.path)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise EnvironmentProblem(exc.filename or state.path, exc) from None
+
+
+@dataclass
+class Recovery:
+    """What :func:`recover` found: an interrupted run it finished, debris it removed."""
+
+    finished: Optional[str] = None
+    removed: List[str] = field(default_factory=list)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"finished": self.finished, "removed": list(self.removed)}
+
+
+def recover(tree: VllmTree, extra_dirs: Iterable[Path] = (), finish: bool = True) -> Recovery:
+    """Leave the tree as the last committed run meant it, with no debris of ours.
+
+    Finishes a committed run (its journal), removes staging of a run that died before
+    committing, an abandoned state directory (one without a manifest), saved originals
+    no manifest entry refers to, and our temp files in every directory we write.  With
+    ``finish=False`` a committed run is left alone (read-only callers refuse instead).
+    """
+    state = StateDir(tree)
+    result = Recovery()
+    dirs: Set[Path] = set(extra_dirs)
+    if state.has_journal():
+        if not finish:
+            return result
+        journal = load_journal(state)
+        for step in journal["steps"]:
+            dirs.add(tree.path(step["path"]).parent)
+        replay(state, journal)
+        result.finished = str(journal.get("op"))
+        manifest = journal["manifest"]
+    elif state.path.exists() and not state.has_manifest():
+        sweep_temp_files(_state_dirs(state))
+        _remove_state_dir(state)
+        result.removed.append(tree.rel(state.path) + "/")
+        manifest = None
+    else:
+        manifest = state.load_manifest() if state.path.exists() else None
+        if manifest is not None:
+            result.removed += _remove_unreferenced(state, manifest)
+    if manifest is not None:
+        for rel in list(manifest["files"]) + list(manifest["added"]) + list(manifest["bytecode"]):
+            dirs.add(tree.path(rel).parent)
+    for directory in list(dirs):
+        if directory.exists():
+            dirs.add(Path(os.path.realpath(directory)))
+        dirs.add(directory / "__pycache__")
+    dirs.update(_state_dirs(state))
+    result.removed += [
+        tree.rel(p) if tree.base in p.parents else str(p) for p in sweep_temp_files(dirs)
+    ]
+    return result
+
+
+def _state_dirs(state: StateDir) -> List[Path]:
+    if not state.path.is_dir():
+        return []
+    return [Path(d) for d, _, _ in os.walk(state.path)]
+
+
+def _remove_unreferenced(state: StateDir, manifest: Dict[str, Any]) -> List[str]:
+    """Staging and saved originals a finished manifest does not refer to are debris."""
+    removed: List[str] = []
+    staged = state.path / "staged"
+    if staged.exists():
+        shutil.rmtree(staged)
+        removed.append(state.tree.rel(staged) + "/")
+    originals = state.path / "originals"
+    keep = {state.originals(rel) for rel in list(manifest["files"]) + list(manifest["bytecode"])}
+    if originals.is_dir():
+        for directory, _, files in os.walk(originals, topdown=False):
+            for name in files:
+                path = Path(directory) / name
+                if path not in keep:
+                    remove_file(path)
+                    removed.append(state.tree.rel(path))
+            remove_empty_dirs(Path(directory), state.path)
+    return removed

@@ -55,6 +55,11 @@ def _version_from_source(path: Path) -> Optional[str]:
     return None
 
 
+def vllm_dist_infos(base: Path) -> List[Path]:
+    """The dist-info directories in ``base`` whose METADATA names the vllm distribution."""
+    return [metadata.parent for metadata, _ in _metadata_versions(base)]
+
+
 def read_version(tree: VllmTree) -> Tuple[Optional[Version], str]:
     """The installed version and where it came from (for messages)."""
     candidates = _metadata_versions(tree.base)

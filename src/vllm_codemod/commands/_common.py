@@ -4,23 +4,18 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import sys
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple
 
 import click
 from packaging.version import Version
 
 from ..discovery import VllmTree, locate_tree
 from ..errors import CodemodError
-from ..fsutil import tree_lock
-from ..versions import gate_version, read_version
 
 SITE_PACKAGES_ENV = "VLLM_CODEMOD_SITE_PACKAGES"
-LOCK_TIMEOUT_ENV = "VLLM_CODEMOD_LOCK_TIMEOUT"
 
 
 def _all_transforms() -> Sequence[Any]:
@@ -62,7 +57,7 @@ def selection_options(func: Callable[..., Any]) -> Callable[..., Any]:
     func = click.option(
         "--force",
         is_flag=True,
-        help="Work on a tree whose vLLM version is unknown or outside the known range.",
+        help="Accept a tree whose vLLM version is unknown or outside the known range.",
     )(func)
     func = click.option(
         "--skip",
@@ -97,67 +92,27 @@ def user_errors(func: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-@dataclass
-class Selection:
-    transforms: List[Any]
-    options: Dict[str, Any]
+def plan_options(
+    only: Tuple[str, ...], skip: Tuple[str, ...], force: bool, raw: Dict[str, Any]
+) -> Any:
+    """The engine's options from the command line (values not given stay unset)."""
+    from ..engine import PlanOptions
+
+    values = {name: value for name, value in raw.items() if value is not None}
+    return PlanOptions(
+        only=tuple(only), skip=tuple(skip), values=values, accept_unknown_version=force
+    )
 
 
-def select_transforms(
-    only: Tuple[str, ...], skip: Tuple[str, ...], raw: Dict[str, Any]
-) -> Selection:
-    """Validate --only/--skip names and per-transform option values."""
-    transforms = list(_all_transforms())
-    known = {t.name for t in transforms}
-    for name in (*only, *skip):
-        if name not in known:
-            raise CodemodError(
-                f"unknown transform {name!r}; known: {', '.join(sorted(known))} "
-                "(see `vllm-codemod list`)"
-            )
-    chosen = [t for t in transforms if (not only or t.name in only) and t.name not in skip]
-    if not chosen:
-        raise CodemodError("--only/--skip left no transform to run; check the names")
-    options: Dict[str, Any] = {}
-    for transform in transforms:
-        for opt in transform.options:
-            value = raw.get(opt.name)
-            if value is None:
-                continue
-            if opt.choices:
-                value = opt.type(value)
-            if opt.minimum is not None and value < opt.minimum:
-                raise CodemodError(f"{opt.flag} {value}: must be at least {opt.minimum}")
-            options[opt.name] = value
-    return Selection(chosen, options)
-
-
-@dataclass
-class Session:
-    tree: VllmTree
-    version: Optional[Version]
-    version_source: str
-
-
-def open_session(
-    site_packages: Optional[Path], vllm_root: Optional[Path], force: bool, gate: bool = True
-) -> Session:
-    tree = locate_tree(site_packages, vllm_root)
-    try:
-        version, source = read_version(tree)
-    except CodemodError:
-        if not force:
-            raise
-        version, source = None, ""
-    if gate:
-        gate_version(tree, version, force)
-    return Session(tree, version, source)
+def open_tree(site_packages: Optional[Path], vllm_root: Optional[Path]) -> VllmTree:
+    return locate_tree(site_packages, vllm_root)
 
 
 @contextmanager
 def locked(tree: VllmTree) -> Iterator[None]:
-    timeout = float(os.environ.get(LOCK_TIMEOUT_ENV, "30"))
-    with tree_lock(tree.root, timeout):
+    from ..engine import lock
+
+    with lock(tree):
         yield
 
 
@@ -165,53 +120,11 @@ def emit_json(payload: Dict[str, Any]) -> None:
     click.echo(json.dumps(payload, indent=2, sort_keys=False))
 
 
-def plan_changes(session: Session, selection: Selection, finish_interrupted: bool) -> Any:
-    """Plan under the caller's lock.  Read-only commands refuse a half-finished tree."""
-    from ..planner import build_change_set
-    from ..transaction import StateDir, recover
-
-    state = StateDir(session.tree)
-    if finish_interrupted:
-        op = recover(session.tree)
-        if op:
-            click.echo(f"finished an interrupted {op} first", err=True)
-    elif state.has_journal():
-        raise CodemodError(
-            f"{state.journal_path}: an earlier run was interrupted; run `vllm-codemod apply` "
-            "or `vllm-codemod revert` to finish it"
-        )
-    manifest = state.load_manifest()
-    previously_added = {
-        rel: (entry["sha256"], entry["transform"]) for rel, entry in manifest["added"].items()
-    }
-    return build_change_set(
-        session.tree,
-        session.version,
-        selection.transforms,
-        selection.options,
-        previously_added,
-        registry=_all_transforms(),
-    )
+def describe_tree(tree: VllmTree, version: Optional[Version]) -> str:
+    shown = version if version is not None else "unknown version"
+    return f"vLLM {shown} at {tree.root}"
 
 
-def describe_tree(session: Session) -> str:
-    version = session.version if session.version is not None else "unknown version"
-    return f"vLLM {version} at {session.tree.root}"
-
-
-def result_rows(change_set: Any) -> List[Dict[str, Any]]:
-    return [
-        {
-            "name": r.transform.name,
-            "target": r.target,
-            "status": r.status.value,
-            "reason": r.reason,
-            "details": r.details,
-        }
-        for r in change_set.results
-    ]
-
-
-def conflict_error(change_set: Any) -> CodemodError:
-    lines = [f"{r.target}: {r.transform.name}: {r.reason}" for r in change_set.conflicts]
-    return CodemodError("; ".join(lines) + "; nothing was changed")
+def report_recovery(recovery: Any) -> None:
+    if recovery.finished:
+        click.echo(f"finished an interrupted {recovery.finished} first", err=True)

@@ -7,15 +7,13 @@ from typing import Any
 import click
 
 from ._common import (
-    conflict_error,
     describe_tree,
     emit_json,
     json_option,
     locked,
-    open_session,
-    plan_changes,
-    result_rows,
-    select_transforms,
+    open_tree,
+    plan_options,
+    report_recovery,
     selection_options,
     tree_options,
     user_errors,
@@ -25,6 +23,7 @@ from ._common import (
 @click.command(
     epilog="""\b
 Exit status: 0 patched or already patched, 2 error or conflict (nothing written).
+Options used are recorded in the tree: a later plain `apply` or `check` uses them.
 Examples:
   vllm-codemod apply --site-packages /usr/local/lib/python3.10/site-packages
   vllm-codemod apply --only prefix-prefill-warps --num-warps 4
@@ -49,43 +48,29 @@ def apply(
     Originals are saved under vllm/.vllm-codemod so `revert` restores them byte for
     byte; running apply again on a patched tree changes nothing.
     """
-    from ..transaction import apply_change_set
+    from .. import engine
 
-    session = open_session(site_packages, vllm_root, force)
-    selection = select_transforms(only, skip, transform_options)
-    with locked(session.tree):
-        change_set = plan_changes(session, selection, finish_interrupted=True)
-        if change_set.conflicts:
-            raise conflict_error(change_set)
-        if change_set.pending:
-            apply_change_set(change_set)
-    changed = [
-        {
-            "path": c.path,
-            "action": "add" if c.old is None else "remove" if c.new is None else "patch",
-        }
-        for c in change_set.changes
-    ]
+    tree = open_tree(site_packages, vllm_root)
+    options = plan_options(only, skip, force, transform_options)
+    with locked(tree):
+        report_recovery(engine.recover(tree))
+        plan = engine.plan(tree, options)
+        result = engine.apply(plan)
     if as_json:
-        emit_json(
-            {
-                "vllm_root": str(session.tree.root),
-                "version": str(session.version) if session.version else None,
-                "changed": changed,
-                "transforms": result_rows(change_set),
-            }
-        )
+        emit_json(result.to_dict())
         return
-    if not changed:
-        click.echo(f"nothing to do: {describe_tree(session)} is already patched")
+    for change in result.option_changes:
+        click.echo(f"option changed: {change}")
+    if not result.changed:
+        click.echo(f"nothing to do: {describe_tree(tree, plan.version)} is already patched")
         return
-    click.echo(describe_tree(session))
-    for row in result_rows(change_set):
-        click.echo(f"  {row['name']:<22} {row['status']:<14} {row['reason']}")
-    patched = sum(1 for c in changed if c["action"] == "patch")
-    added = sum(1 for c in changed if c["action"] == "add")
-    removed = sum(1 for c in changed if c["action"] == "remove")
+    click.echo(describe_tree(tree, plan.version))
+    for row in result.transforms:
+        click.echo(f"  {row.name:<22} {row.outcome}")
+    counts = {"patch": 0, "add": 0, "remove": 0}
+    for change in result.changed:
+        counts[change["action"]] += 1
     click.echo(
-        f"patched {patched} file(s), added {added}, removed {removed}; "
+        f"patched {counts['patch']} file(s), added {counts['add']}, removed {counts['remove']}; "
         "originals saved in vllm/.vllm-codemod (undo with `vllm-codemod revert`)"
     )

@@ -12,10 +12,8 @@ from ._common import (
     emit_json,
     json_option,
     locked,
-    open_session,
-    plan_changes,
-    result_rows,
-    select_transforms,
+    open_tree,
+    plan_options,
     selection_options,
     tree_options,
     user_errors,
@@ -27,6 +25,7 @@ _COLOURS = {"applied": "green", "pending": "yellow", "not-applicable": "cyan", "
 @click.command(
     epilog="""\b
 Exit status: 0 all applied or not applicable, 1 something pending, 2 error or conflict.
+Without options, compares against the options the last apply used.
 Examples:
   vllm-codemod check --site-packages /usr/local/lib/python3.10/site-packages
   vllm-codemod check --json | jq '.transforms[] | select(.status=="pending")'
@@ -46,28 +45,38 @@ def check(
     **transform_options: Any,
 ) -> None:
     """Report each transform as applied, pending, not-applicable (and why) or conflict."""
-    session = open_session(site_packages, vllm_root, force)
-    selection = select_transforms(only, skip, transform_options)
-    with locked(session.tree):
-        change_set = plan_changes(session, selection, finish_interrupted=False)
-    rows = result_rows(change_set)
+    from .. import engine
+
+    tree = open_tree(site_packages, vllm_root)
+    with locked(tree):
+        engine.recover(tree, finish=False, best_effort=True)
+        status = engine.status(tree, plan_options(only, skip, force, transform_options))
+    plan = status.plan
+    rows = [t.to_dict() for t in plan.transforms]
     statuses = {row["status"] for row in rows}
-    code = 2 if "conflict" in statuses else 1 if change_set.pending else 0
+    code = 2 if "conflict" in statuses else 1 if plan.pending else 0
     if as_json:
-        emit_json(
-            {
-                "vllm_root": str(session.tree.root),
-                "version": str(session.version) if session.version else None,
-                "transforms": rows,
-                "exit_code": code,
-            }
-        )
+        payload = {
+            "vllm_root": str(tree.root),
+            "version": str(plan.version) if plan.version else None,
+            "transforms": rows,
+            "options": plan.options,
+            "recorded_options": status.recorded_options,
+            "record": status.record,
+            "exit_code": code,
+        }
+        emit_json(payload)
         sys.exit(code)
-    click.echo(describe_tree(session))
+    click.echo(describe_tree(tree, plan.version))
     width = max(len(row["name"]) for row in rows)
     for row in rows:
-        status = click.style(f"{row['status']:<14}", fg=_COLOURS[row["status"]])
-        click.echo(f"  {row['name']:<{width}}  {status}  {row['target']}: {row['reason']}")
+        status_text = click.style(f"{row['status']:<14}", fg=_COLOURS[row["status"]])
+        click.echo(f"  {row['name']:<{width}}  {status_text}  {row['target']}: {row['reason']}")
         for key, value in row["details"].items():
             click.echo(f"  {'':<{width}}  {'':<14}  {key}: {value}")
+    if status.record is None and status.patched:
+        click.echo(
+            "  note: no vllm dist-info RECORD beside the tree: `pip uninstall vllm` will not "
+            "remove the files vllm-codemod added (run `vllm-codemod revert` first)"
+        )
     sys.exit(code)

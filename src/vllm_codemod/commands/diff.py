@@ -2,26 +2,19 @@
 
 from __future__ import annotations
 
-import difflib
 import sys
-from typing import Any, Iterable, List
+from typing import Any, Iterable
 
 import click
 
 from ._common import (
-    conflict_error,
     locked,
-    open_session,
-    plan_changes,
-    select_transforms,
+    open_tree,
+    plan_options,
     selection_options,
     tree_options,
     user_errors,
 )
-
-
-def _lines(data: Any) -> List[str]:
-    return [] if data is None else data.decode("utf-8").splitlines(keepends=True)
 
 
 def unified_diff(changes: Iterable[Any]) -> str:
@@ -29,22 +22,9 @@ def unified_diff(changes: Iterable[Any]) -> str:
 
     ``git apply`` and ``patch -p1`` accept it, so a reviewed diff can be applied by hand.
     """
-    chunks: List[str] = []
-    for change in changes:
-        old_name = "/dev/null" if change.old is None else f"a/{change.path}"
-        new_name = "/dev/null" if change.new is None else f"b/{change.path}"
-        chunks.append(f"diff --git a/{change.path} b/{change.path}\n")
-        if change.old is None:
-            chunks.append("new file mode 100644\n")
-        elif change.new is None:
-            chunks.append("deleted file mode 100644\n")
-        for line in difflib.unified_diff(
-            _lines(change.old), _lines(change.new), old_name, new_name
-        ):
-            chunks.append(
-                line if line.endswith("\n") else line + "\n\\ No newline at end of file\n"
-            )
-    return "".join(chunks)
+    from ..udiff import tree_diff
+
+    return tree_diff((c.path, c.old, c.new) for c in changes)
 
 
 @click.command(
@@ -62,13 +42,14 @@ def diff(
     site_packages: Any, vllm_root: Any, only: Any, skip: Any, force: bool, **transform_options: Any
 ) -> None:
     """Show what apply would change as a unified diff; write nothing."""
-    session = open_session(site_packages, vllm_root, force)
-    selection = select_transforms(only, skip, transform_options)
-    with locked(session.tree):
-        change_set = plan_changes(session, selection, finish_interrupted=False)
-    if change_set.conflicts:
-        raise conflict_error(change_set)
-    text = unified_diff(change_set.changes)
+    from .. import engine
+
+    tree = open_tree(site_packages, vllm_root)
+    with locked(tree):
+        plan = engine.plan(tree, plan_options(only, skip, force, transform_options))
+    if plan.conflicts:
+        raise engine.conflict_error(plan)
+    text = unified_diff(plan.changes)
     if text:
         click.echo(text, nl=False)
-    sys.exit(1 if change_set.pending else 0)
+    sys.exit(1 if plan.pending else 0)

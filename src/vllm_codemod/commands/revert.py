@@ -6,7 +6,15 @@ from typing import Any
 
 import click
 
-from ._common import emit_json, json_option, locked, open_session, tree_options, user_errors
+from ._common import (
+    emit_json,
+    json_option,
+    locked,
+    open_tree,
+    report_recovery,
+    tree_options,
+    user_errors,
+)
 
 
 @click.command(
@@ -17,22 +25,26 @@ Example:
 """
 )
 @tree_options
-@click.option("--force", is_flag=True, help="Restore even files changed since they were patched.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Discard local changes: restore (or remove) files changed since the tool wrote them.",
+)
 @json_option
 @user_errors
 def revert(site_packages: Any, vllm_root: Any, force: bool, as_json: bool) -> None:
     """Restore every file the tool changed and remove every file it added."""
-    from ..transaction import recover, revert_tree
+    from .. import engine
 
-    session = open_session(site_packages, vllm_root, force=True, gate=False)
-    with locked(session.tree):
-        recover(session.tree)
-        touched = revert_tree(session.tree, force)
+    tree = open_tree(site_packages, vllm_root)
+    with locked(tree):
+        report_recovery(engine.recover(tree))
+        result = engine.revert(tree, discard_local_changes=force)
     if as_json:
-        emit_json({"vllm_root": str(session.tree.root), "restored": touched})
-    elif touched:
-        click.echo(f"reverted {len(touched)} file(s) under {session.tree.root}")
-        for rel in touched:
+        emit_json(result.to_dict())
+    elif result.restored:
+        click.echo(f"reverted {len(result.restored)} file(s) under {tree.root}")
+        for rel in result.restored:
             click.echo(f"  {rel}")
     else:
-        click.echo(f"nothing to revert under {session.tree.root}")
+        click.echo(f"nothing to revert under {tree.root}")

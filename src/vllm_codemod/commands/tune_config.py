@@ -48,6 +48,7 @@ def _write(path: Path, original: bytes, text: str, bom: bool) -> None:
     A symlinked config keeps its link: we write the file it points to.  If someone
     changed the file while we planned, we refuse rather than clobber their edit.
     """
+    from ..errors import EnvironmentProblem
     from ..fsutil import atomic_write
 
     target = Path(os.path.realpath(path))
@@ -55,9 +56,9 @@ def _write(path: Path, original: bytes, text: str, bom: bool) -> None:
         raise CodemodError(f"{path}: changed while tune-config ran; run it again")
     try:
         atomic_write(target, ((_BOM if bom else "") + text).encode("utf-8"))
-    except OSError as exc:
+    except EnvironmentProblem as exc:
         raise CodemodError(
-            f"{path}: cannot write ({exc.strerror}); check permissions on {target.parent}"
+            f"{path}: cannot write ({exc.reason}); check permissions on {target.parent}"
         ) from None
 
 

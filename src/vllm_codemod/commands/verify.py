@@ -17,7 +17,7 @@ import click
 
 from ..errors import CodemodError
 from ..transforms.paged_attention_v2 import KERNEL_DIR
-from ._common import emit_json, json_option, open_session, tree_options, user_errors
+from ._common import emit_json, json_option, open_tree, tree_options, user_errors
 
 PRIVATE_NAME = "_vllm_codemod_verify_kernels"
 
@@ -73,11 +73,11 @@ def verify(
     site_packages: Any, vllm_root: Any, device: str, full: bool, seed: int, as_json: bool
 ) -> None:
     """Run the kernels installed in the patched tree against a float64 reference."""
-    session = open_session(site_packages, vllm_root, force=True, gate=False)
+    tree = open_tree(site_packages, vllm_root)
     previous = sys.dont_write_bytecode
     sys.dont_write_bytecode = True  # leave no bytecode behind in the user's tree
     try:
-        selfcheck = load_tree_kernels(session.tree.root)
+        selfcheck = load_tree_kernels(tree.root)
         results = selfcheck.run_selfcheck(
             device=None if device == "auto" else device, quick=not full, seed=seed
         )
@@ -85,9 +85,9 @@ def verify(
         sys.dont_write_bytecode = previous
     failed = [r for r in results if not r["ok"]]
     if as_json:
-        emit_json({"vllm_root": str(session.tree.root), "results": results, "ok": not failed})
+        emit_json({"vllm_root": str(tree.root), "results": results, "ok": not failed})
     else:
-        click.echo(f"kernels in {session.tree.root / KERNEL_DIR}")
+        click.echo(f"kernels in {tree.root / KERNEL_DIR}")
         for r in results:
             verdict = click.style("ok  ", fg="green") if r["ok"] else click.style("FAIL", fg="red")
             click.echo(
