@@ -17,8 +17,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import click
 
-from ..errors import CodemodError
-from ._common import describe_tree, emit_json, json_option, open_session, tree_options, user_errors
+from ..errors import CodemodError, UserError
+from ._common import describe_tree, emit_json, json_option, open_tree, tree_options, user_errors
 
 DEFAULT_BUDGET = 300.0
 
@@ -40,13 +40,13 @@ def _pick_device(requested: str) -> str:
     try:
         import torch
     except ImportError:
-        raise CodemodError(
+        raise UserError(
             f"tune needs torch in this interpreter ({sys.executable}); run it with the python "
             "that serves vLLM"
         ) from None
     has_cuda = torch.cuda.is_available()
     if requested == "cuda" and not has_cuda:
-        raise CodemodError("--device cuda: torch sees no CUDA device here; use --device cpu")
+        raise UserError("--device cuda: torch sees no CUDA device here; use --device cpu")
     return "cuda" if requested == "cuda" or (requested == "auto" and has_cuda) else "cpu"
 
 
@@ -95,7 +95,19 @@ def _attach_v1(kernels: Any, modules: Any, deployment: Any, device: str) -> None
     kernels.v1 = call
 
 
-def _run(session: Any, deployment: Any, device: str, budget_s: Optional[float]) -> Dict[str, Any]:
+def _tree_version(tree: Any) -> Any:
+    """The tree's vLLM version for the file's record (None when it cannot be read)."""
+    from ..versions import read_version
+
+    try:
+        return read_version(tree)[0]
+    except CodemodError:
+        return None
+
+
+def _run(
+    tree: Any, version: Any, deployment: Any, device: str, budget_s: Optional[float]
+) -> Dict[str, Any]:
     from ..tuning import table
     from ..tuning.measure import DecodeTuner, measure_decode, plan_points
     from ..tuning.prefill import PrefillTuner, prefill_cases
@@ -104,14 +116,14 @@ def _run(session: Any, deployment: Any, device: str, budget_s: Optional[float]) 
     from ..tuning.tree_imports import TreeModules
 
     skipped: List[str] = []
-    kernels = _load_kernels(session.tree.root, device, skipped)
+    kernels = _load_kernels(tree.root, device, skipped)
     timer = Timer(device) if device == "cuda" else Timer(device, repeats=3, calls=1, warmup=1)
     budget = Budget(budget_s)
     points = plan_points(deployment)
     total = len(points) + len(deployment.shapes) * len(prefill_cases(deployment))
     progress = Progress(total)
     name, capability = _device_identity(device)
-    with TreeModules(session.tree.root) as modules:
+    with TreeModules(tree.root) as modules:
         try:
             _attach_v1(kernels, modules, deployment, device)
             tuner = DecodeTuner(kernels, device, timer, budget, progress)
@@ -124,7 +136,7 @@ def _run(session: Any, deployment: Any, device: str, budget_s: Optional[float]) 
         name,
         capability,
         _versions(),
-        {"vllm_version": str(session.version) if session.version else None},
+        {"vllm_version": str(version) if version else None},
         {
             "shapes": [s.label() for s in deployment.shapes],
             "max_model_len": deployment.max_model_len,
@@ -205,12 +217,13 @@ def tune(
     deployment = resolve(
         model_config, run_config, shapes, tensor_parallel, max_model_len, max_num_seqs, dtype
     )
-    session = open_session(site_packages, vllm_root, force=True, gate=False)
+    tree = open_tree(site_packages, vllm_root)
+    version = _tree_version(tree)
     chosen = _pick_device(device)
     previous = sys.dont_write_bytecode
     sys.dont_write_bytecode = True  # leave no bytecode behind in the user's tree
     try:
-        entry = _run(session, deployment, chosen, budget)
+        entry = _run(tree, version, deployment, chosen, budget)
     except KeyboardInterrupt:
         click.echo("vllm-codemod: interrupted; no tuning file written", err=True)
         sys.exit(130)
@@ -225,7 +238,7 @@ def tune(
                    "prefill_num_warps": entry["prefill_num_warps"],
                    "skipped": entry["skipped"]})  # fmt: skip
         return
-    click.echo(f"{describe_tree(session)}; device {entry['device']['name']}")
+    click.echo(f"{describe_tree(tree, version)}; device {entry['device']['name']}")
     if rows:
         widths = [max(len(r[k]) for r in rows + [_HEADER]) for k in _HEADER]
         for row in [_HEADER, *rows]:

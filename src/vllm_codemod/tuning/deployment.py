@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
-from ..errors import CodemodError
+from ..errors import UserError
 from ..run_config import _line_col, _model_len, _walk, canonical_key, parse_documents
 
 _KEYS = {
@@ -40,7 +40,7 @@ def _convert(field: str, raw: str, where: str) -> Any:
     else:
         value = int(text) if re.fullmatch(r"[0-9]+", text) else None
     if value is None or value <= 0:
-        raise CodemodError(f"{where}: {raw!r} is not a positive integer; fix the run config")
+        raise UserError(f"{where}: {raw!r} is not a positive integer; fix the run config")
     return value
 
 
@@ -53,9 +53,9 @@ def read_run_config(path: Path) -> Dict[str, Any]:
     try:
         text = path.read_text(encoding="utf-8-sig")
     except FileNotFoundError:
-        raise CodemodError(f"{path}: no such file; pass the run config YAML") from None
+        raise UserError(f"{path}: no such file; pass the run config YAML") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise CodemodError(f"{path}: cannot read as UTF-8 text ({exc})") from None
+        raise UserError(f"{path}: cannot read as UTF-8 text ({exc})") from None
     documents = parse_documents(text, str(path))
     found: Dict[str, Tuple[Any, str]] = {}
 
@@ -106,7 +106,7 @@ def read_run_config(path: Path) -> Dict[str, Any]:
         local = path.parent / model
         candidate = local if local.exists() else Path(model)
         if not candidate.exists():
-            raise CodemodError(
+            raise UserError(
                 f"{found['model'][1]}: model {model!r} is not a local directory or file; "
                 "pass its config.json with --model-config"
             )

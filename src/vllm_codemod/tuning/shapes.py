@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from ..errors import CodemodError
+from ..errors import UserError
 
 DTYPES = ("bfloat16", "float16", "float32")
 _DTYPE_ALIASES = {
@@ -76,7 +76,7 @@ def normalize_dtype(raw: str, where: str) -> str:
     if name.startswith("torch."):
         name = name[len("torch.") :]
     if name not in _DTYPE_ALIASES:
-        raise CodemodError(
+        raise UserError(
             f"{where}: unsupported dtype {raw!r}; use one of {', '.join(DTYPES)} (or bf16/fp16)"
         )
     return _DTYPE_ALIASES[name]
@@ -86,7 +86,7 @@ def parse_shape(text: str, dtype: str = "bfloat16") -> Shape:
     """``Hq/Hkv/D`` with an optional ``:alibi``, e.g. ``32/8/128`` or ``40/40/128:alibi``."""
     match = re.fullmatch(r"\s*(\d+)/(\d+)/(\d+)\s*(?::\s*(alibi)\s*)?", text, flags=re.I)
     if not match:
-        raise CodemodError(
+        raise UserError(
             f"--shape {text!r}: expected HEADS/KV_HEADS/HEAD_SIZE, e.g. 32/8/128 or 40/40/128:alibi"
         )
     heads, kv_heads, head_size = (int(match.group(i)) for i in (1, 2, 3))
@@ -96,13 +96,13 @@ def parse_shape(text: str, dtype: str = "bfloat16") -> Shape:
 
 def _check_shape(heads: int, kv_heads: int, head_size: int, where: str) -> None:
     if heads <= 0 or kv_heads <= 0 or head_size <= 0:
-        raise CodemodError(f"{where}: heads, kv heads and head size must be positive")
+        raise UserError(f"{where}: heads, kv heads and head size must be positive")
     if heads % kv_heads:
-        raise CodemodError(
+        raise UserError(
             f"{where}: {heads} heads are not a multiple of {kv_heads} kv heads; check the shape"
         )
     if head_size > 256 or head_size % 8:
-        raise CodemodError(
+        raise UserError(
             f"{where}: head size {head_size} is not supported (a multiple of 8, at most 256)"
         )
 
@@ -124,22 +124,22 @@ def _read_json(path: Path) -> Tuple[Dict[str, Any], str]:
     try:
         text = path.read_text(encoding="utf-8-sig")
     except FileNotFoundError:
-        raise CodemodError(
+        raise UserError(
             f"{path}: no such file; pass a model directory or its config.json"
         ) from None
     except UnicodeDecodeError as exc:
-        raise CodemodError(f"{path}: not UTF-8 (byte {exc.start})") from None
+        raise UserError(f"{path}: not UTF-8 (byte {exc.start})") from None
     except OSError as exc:
-        raise CodemodError(f"{path}: cannot read ({exc.strerror})") from None
+        raise UserError(f"{path}: cannot read ({exc.strerror})") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise CodemodError(
+        raise UserError(
             f"{path}:{exc.lineno}:{exc.colno}: not valid JSON ({exc.msg}); "
             "pass the model's Hugging Face config.json"
         ) from None
     if not isinstance(data, dict):
-        raise CodemodError(f"{path}:1:1: expected a JSON object (a Hugging Face config.json)")
+        raise UserError(f"{path}:1:1: expected a JSON object (a Hugging Face config.json)")
     return data, text
 
 
@@ -148,7 +148,7 @@ def _int_field(config: Dict[str, Any], keys: Sequence[str], path: Path, text: st
         if key in config and config[key] is not None:
             value = config[key]
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise CodemodError(
+                raise UserError(
                     f"{path}{_locate(text, key)}: {key} = {value!r} is not a positive integer; "
                     "fix the model config"
                 )
@@ -203,7 +203,7 @@ def _config_path(path: Path) -> Path:
     if path.is_dir():
         candidate = path / "config.json"
         if not candidate.is_file():
-            raise CodemodError(
+            raise UserError(
                 f"{path}: no config.json in this directory; pass the model directory or its "
                 "config.json"
             )
@@ -221,7 +221,7 @@ def read_model_config(path: Path, tensor_parallel: int = 1) -> Tuple[Shape, Opti
         config, ("num_attention_heads", "n_head", "n_heads", "num_heads"), path, text
     )
     if heads is None:
-        raise CodemodError(
+        raise UserError(
             f"{path}: no num_attention_heads (or n_head); is this a Hugging Face config.json?"
         )
     kv_heads = _kv_heads(config, heads, path, text)
@@ -229,26 +229,26 @@ def read_model_config(path: Path, tensor_parallel: int = 1) -> Tuple[Shape, Opti
     if head_size is None:
         hidden = _int_field(config, ("hidden_size", "n_embd", "d_model"), path, text)
         if hidden is None:
-            raise CodemodError(
+            raise UserError(
                 f"{path}: neither head_dim nor hidden_size; cannot tell the head size"
             )
         if hidden % heads:
-            raise CodemodError(
+            raise UserError(
                 f"{path}{_locate(text, 'hidden_size')}: hidden_size {hidden} is not a multiple "
                 f"of {heads} heads; pass --shape instead"
             )
         head_size = hidden // heads
     if tensor_parallel < 1:
-        raise CodemodError(f"--tensor-parallel {tensor_parallel}: must be at least 1")
+        raise UserError(f"--tensor-parallel {tensor_parallel}: must be at least 1")
     if heads % tensor_parallel:
-        raise CodemodError(
+        raise UserError(
             f"{path}: {heads} attention heads cannot be split over --tensor-parallel "
             f"{tensor_parallel}; vLLM needs heads divisible by the TP size"
         )
     if (kv_heads >= tensor_parallel and kv_heads % tensor_parallel) or (
         kv_heads < tensor_parallel and tensor_parallel % kv_heads
     ):
-        raise CodemodError(
+        raise UserError(
             f"{path}: {kv_heads} kv heads cannot be split over --tensor-parallel "
             f"{tensor_parallel}; vLLM needs one to divide the other"
         )
@@ -309,7 +309,7 @@ def resolve(
             unique.append(shape)
     length = length or DEFAULT_MAX_MODEL_LEN
     if length < 16:
-        raise CodemodError(f"--max-model-len {length}: must be at least 16 tokens")
+        raise UserError(f"--max-model-len {length}: must be at least 16 tokens")
     if seqs < 1:
-        raise CodemodError(f"--max-num-seqs {seqs}: must be at least 1")
+        raise UserError(f"--max-num-seqs {seqs}: must be at least 1")
     return Deployment(unique, int(length), int(seqs), source)

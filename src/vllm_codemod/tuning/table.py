@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from .. import __version__
-from ..errors import CodemodError
+from ..errors import UserError
 from ..kernels import tuning_table
 
 SCHEMA_VERSION = tuning_table.SCHEMA_VERSION
@@ -60,7 +60,7 @@ def validate(document: Dict[str, Any], source: str) -> tuning_table.Table:
     try:
         return tuning_table.parse(document, source)
     except tuning_table.TuningFileError as exc:
-        raise CodemodError(str(exc)) from None
+        raise UserError(str(exc)) from None
 
 
 def load(path: Path) -> tuning_table.Table:
@@ -68,7 +68,7 @@ def load(path: Path) -> tuning_table.Table:
     try:
         return tuning_table.load(path)
     except tuning_table.TuningFileError as exc:
-        raise CodemodError(str(exc)) from None
+        raise UserError(str(exc)) from None
 
 
 def render(document: Dict[str, Any]) -> bytes:
@@ -82,11 +82,11 @@ def write(path: Path, document: Dict[str, Any]) -> None:
     validate(document, str(path))
     data = render(document)
     if path.is_dir():
-        raise CodemodError(f"--output {path}: is a directory; name a file")
+        raise UserError(f"--output {path}: is a directory; name a file")
     try:
         atomic_write(path, data)
     except OSError as exc:
-        raise CodemodError(
+        raise UserError(
             f"--output {path}: cannot write ({exc.strerror}); pick another path"
         ) from None
 
