@@ -16,6 +16,8 @@ SCHEMA_VERSION = 1
 BACKENDS = ("v1", "v2")
 #: LaunchConfig fields (kernels/triton_impl.py), in order; a table config holds 3 to 7.
 CONFIG_FIELDS = ("tile", "warps", "stages", "early_v", "split", "prefetch", "k3d")
+#: Triton warp counts a prefix-prefill launch accepts.
+VALID_WARPS = (1, 2, 4, 8, 16, 32)
 
 _DTYPE_NAMES = {
     "bfloat16": "bfloat16",
@@ -74,10 +76,14 @@ class DeviceTable:
         decode: Sequence[_DecodeEntry],
         prefill_warps: Dict[str, int],
         raw: Dict[str, Any],
+        prefill_num_warps: Optional[int] = None,
     ) -> None:
         self.name = name
         self._decode = list(decode)
+        #: the fastest warps per prefix-prefill kernel ("main", "alibi") where measured
         self.prefill_warps = dict(prefill_warps)
+        #: the one NUM_WARPS for the tree that ``apply --tuning`` writes (None: unmeasured)
+        self.prefill_num_warps = prefill_num_warps
         self.raw = raw
 
     def decide(
@@ -255,10 +261,15 @@ def _device(reader: _Reader, raw: Any, where: str) -> DeviceTable:
         if winner is None:
             continue
         reader.check(winner, f"{pwhere}.winner_warps", int)
-        if winner not in (1, 2, 4, 8, 16, 32):
+        if winner not in VALID_WARPS:
             raise reader.fail(f"{pwhere}.winner_warps", f"not a power of two <= 32: {winner}")
         warps[kernel] = winner
-    return DeviceTable(name, decode, warps, raw)
+    overall = raw.get("prefill_num_warps")
+    if overall is not None:
+        reader.check(overall, f"{where}.prefill_num_warps", int)
+        if overall not in VALID_WARPS:
+            raise reader.fail(f"{where}.prefill_num_warps", f"not a power of two <= 32: {overall}")
+    return DeviceTable(name, decode, warps, raw, overall)
 
 
 def parse(data: Dict[str, Any], source: str = "<tuning>") -> Table:

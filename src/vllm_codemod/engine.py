@@ -24,7 +24,7 @@ from __future__ import annotations
 import datetime
 import os
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -49,6 +49,7 @@ from .transaction import (
     writable_probe,
     write_step,
 )
+from .tuning import bake
 from .versions import gate_version, read_version
 
 LOCK_TIMEOUT_ENV = "VLLM_CODEMOD_LOCK_TIMEOUT"
@@ -75,6 +76,10 @@ class PlanOptions:
     values: Dict[str, Any] = field(default_factory=dict)
     #: plan a tree whose vLLM version is unknown or outside the known range
     accept_unknown_version: bool = False
+    #: ``apply --tuning FILE``: a tuning table to ship (None: keep the recorded one)
+    tuning: Optional[Path] = None
+    #: ``--no-tuning``: drop the recorded tuning table
+    drop_tuning: bool = False
 
 
 @dataclass
@@ -269,15 +274,25 @@ def plan(
     manifest = state.load_manifest()
     recorded = dict(manifest.get("options") or {})
     chosen, only, skip = _resolve_selection(options, recorded, registry)
+    baked = _tuning(tree, options, recorded, chosen)
+    if baked is not None and options.tuning is not None and baked.num_warps is not None:
+        if options.values.get("num_warps") is None:  # an explicit --num-warps wins
+            options = replace(options, values={**options.values, "num_warps": baked.num_warps})
     values, option_changes = _resolve_values(options, recorded, registry)
+    option_changes += _tuning_change(recorded, baked)
     previously_added = {
         rel: (entry["sha256"], entry["transform"]) for rel, entry in manifest["added"].items()
     }
+    transform_values = dict(values)
+    if baked is not None:
+        transform_values[bake.TABLE_OPTION] = baked.data
     change_set = build_change_set(
-        tree, version, chosen, values, previously_added, registry=registry
+        tree, version, chosen, transform_values, previously_added, registry=registry
     )
     after_options: Dict[str, Any] = dict(values)
-    after_options.update({"only": list(only), "skip": list(skip), "tuning": recorded.get("tuning")})
+    after_options.update(
+        {"only": list(only), "skip": list(skip), "tuning": baked.record() if baked else None}
+    )
     return _bookkeeping(
         change_set,
         version_source,
@@ -286,6 +301,35 @@ def plan(
         option_changes,
         [t.name for t in registry if t not in chosen],
     )
+
+
+def _tuning(
+    tree: VllmTree, options: PlanOptions, recorded: Dict[str, Any], chosen: Sequence[Any]
+) -> Optional[bake.BakedTuning]:
+    """The tuning table this plan ships (``apply --tuning``), validated; see tuning/bake.py."""
+    baked = bake.choose(tree.root, options.tuning, options.drop_tuning, recorded.get("tuning"))
+    if options.tuning is not None and not any(t.name == bake.SHIPPED_BY for t in chosen):
+        raise UserError(
+            f"--tuning ships the table with the bundled kernels; it needs {bake.SHIPPED_BY} "
+            "(drop it from --skip / add it to --only)"
+        )
+    return baked
+
+
+def _tuning_change(
+    recorded: Dict[str, Any], baked: Optional[bake.BakedTuning]
+) -> List[OptionChange]:
+    """``--tuning`` as an option change, like "--num-warps 4 -> 2" (a first apply: none)."""
+    if "tuning" not in recorded:
+        return []
+    before = recorded["tuning"]
+    old = before.get("sha256") if isinstance(before, dict) else None
+    new = baked.sha256 if baked is not None else None
+    if old == new:
+        return []
+    describe_old = f"{before.get('source')} ({old[:12]})" if old else "none"
+    describe_new = f"{baked.source} ({new[:12]})" if baked is not None and new else "none"
+    return [OptionChange("tuning", "--tuning", describe_old, describe_new)]
 
 
 def _is_new_baseline(entry: Optional[Dict[str, Any]], current: Optional[bytes]) -> bool:

@@ -18,6 +18,7 @@ from ._common import (
     tree_options,
     user_errors,
 )
+from ._tuning_option import tuning_options, with_tuning
 
 
 @click.command(
@@ -27,11 +28,13 @@ Options used are recorded in the tree: a later plain `apply` or `check` uses the
 Examples:
   vllm-codemod apply --site-packages /usr/local/lib/python3.10/site-packages
   vllm-codemod apply --only prefix-prefill-warps --num-warps 4
+  vllm-codemod apply --tuning vllm-codemod-tuning-NVIDIA-H200.json
   RUN vllm-codemod apply && vllm-codemod check     # as a Dockerfile step
 """
 )
 @tree_options
 @selection_options
+@tuning_options
 @json_option
 @user_errors
 def apply(
@@ -41,6 +44,8 @@ def apply(
     skip: Any,
     force: bool,
     as_json: bool,
+    tuning: Any,
+    drop_tuning: bool,
     **transform_options: Any,
 ) -> None:
     """Patch the vLLM tree: every pending transform, all or nothing.
@@ -51,7 +56,7 @@ def apply(
     from .. import engine
 
     tree = open_tree(site_packages, vllm_root)
-    options = plan_options(only, skip, force, transform_options)
+    options = with_tuning(plan_options(only, skip, force, transform_options), tuning, drop_tuning)
     with locked(tree):
         report_recovery(engine.recover(tree))
         plan = engine.plan(tree, options)

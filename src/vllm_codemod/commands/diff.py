@@ -15,6 +15,7 @@ from ._common import (
     tree_options,
     user_errors,
 )
+from ._tuning_option import tuning_options, with_tuning
 
 
 def unified_diff(changes: Iterable[Any]) -> str:
@@ -37,16 +38,25 @@ Examples:
 )
 @tree_options
 @selection_options
+@tuning_options
 @user_errors
 def diff(
-    site_packages: Any, vllm_root: Any, only: Any, skip: Any, force: bool, **transform_options: Any
+    site_packages: Any,
+    vllm_root: Any,
+    only: Any,
+    skip: Any,
+    force: bool,
+    tuning: Any,
+    drop_tuning: bool,
+    **transform_options: Any,
 ) -> None:
     """Show what apply would change as a unified diff; write nothing."""
     from .. import engine
 
     tree = open_tree(site_packages, vllm_root)
     with locked(tree):
-        plan = engine.plan(tree, plan_options(only, skip, force, transform_options))
+        options = plan_options(only, skip, force, transform_options)
+        plan = engine.plan(tree, with_tuning(options, tuning, drop_tuning))
     if plan.conflicts:
         raise engine.conflict_error(plan)
     text = unified_diff(plan.changes)

@@ -229,9 +229,7 @@ def read_model_config(path: Path, tensor_parallel: int = 1) -> Tuple[Shape, Opti
     if head_size is None:
         hidden = _int_field(config, ("hidden_size", "n_embd", "d_model"), path, text)
         if hidden is None:
-            raise UserError(
-                f"{path}: neither head_dim nor hidden_size; cannot tell the head size"
-            )
+            raise UserError(f"{path}: neither head_dim nor hidden_size; cannot tell the head size")
         if hidden % heads:
             raise UserError(
                 f"{path}{_locate(text, 'hidden_size')}: hidden_size {hidden} is not a multiple "
