@@ -21,6 +21,8 @@ from ..errors import CodemodError, UserError
 from ._common import describe_tree, emit_json, json_option, open_tree, tree_options, user_errors
 
 DEFAULT_BUDGET = 300.0
+#: the part of the budget prefix prefill may use (it runs first; decode gets the rest)
+PREFILL_SHARE = 0.4
 
 
 def _versions() -> Dict[str, Optional[str]]:
@@ -126,10 +128,13 @@ def _run(
     with TreeModules(tree.root) as modules:
         try:
             _attach_v1(kernels, modules, deployment, device)
+            # Prefill first, within its share: a handful of cases whose answer (one
+            # NUM_WARPS) matters as much as the whole decode grid.
+            prefill_budget = Budget(None if budget_s is None else budget_s * PREFILL_SHARE)
+            prefill_tuner = PrefillTuner(modules, device, timer, prefill_budget, progress)
+            prefill, warps = prefill_tuner.run(deployment)
             tuner = DecodeTuner(kernels, device, timer, budget, progress)
             decode = measure_decode(tuner, deployment, points)
-            prefill_tuner = PrefillTuner(modules, device, timer, budget, progress)
-            prefill, warps = prefill_tuner.run(deployment)
         finally:
             progress.close()
     entry = table.device_header(

@@ -108,11 +108,47 @@ class DecodeTuner:
         self.use_triton = use_triton
         self._shapes: Dict[Shape, _Shape] = {}
         self._broken: Dict[Shape, str] = {}
+        self._fp32_noted: set = set()
 
     # ---------------------------------------------------------------- candidates as calls
 
-    def _v2(self, config: Optional[Tuple[Any, ...]]) -> Callable[[Dict[str, Any]], Any]:
-        backend = "triton" if self.use_triton else "torch"
+    def _triton_for(self, shape: Shape) -> bool:
+        """Whether this shape's V2 runs on Triton here.  fp32 caches below compute
+        capability 8.0 abort the process inside Triton 2.1 (the dispatcher never sends them
+        there either), so they are timed on the PyTorch path."""
+        if not self.use_triton:
+            return False
+        if shape.dtype == "float32" and self.device.startswith("cuda"):
+            if tuple(torch.cuda.get_device_capability()) < (8, 0):
+                if shape not in self._fp32_noted:
+                    self._fp32_noted.add(shape)
+                    self.k.skipped.append(
+                        f"v2 launch configs for {shape.label()}: fp32 caches stay on the "
+                        "PyTorch path below compute capability 8.0"
+                    )
+                return False
+        return True
+
+    def _memory_problem(self, shape: Shape, num_seqs: int, length: int) -> Optional[str]:
+        """Why the timing inputs would not fit in device memory (None: they fit)."""
+        if not self.device.startswith("cuda"):
+            return None
+        elem = 4 if shape.dtype == "float32" else 2
+        need = COPIES * 2 * num_seqs * length * shape.num_kv_heads * shape.head_size * elem
+        try:
+            free, _ = torch.cuda.mem_get_info()
+        except Exception:
+            return None
+        if need > free // 2:
+            return (
+                f"the KV caches need {need / 2**30:.1f} GiB, more than half of the "
+                f"{free / 2**30:.1f} GiB free; not measured"
+            )
+        return None
+
+    def _v2(self, shape: Shape) -> Callable[[Dict[str, Any]], Any]:
+        """Our entry point on the path this shape uses (a forced config is set around it)."""
+        backend = "triton" if self._triton_for(shape) else "torch"
         dispatch = self.k.dispatch
 
         def call(args: Dict[str, Any]) -> Any:
@@ -198,10 +234,14 @@ class DecodeTuner:
             return None
         if shape not in self._shapes:
             self._shapes[shape] = _Shape(shape, self.device, self.k.reference)
-        default_fn = self._v2(None)
+        default_fn = self._v2(shape)
         problem = self._check(shape, "default", default_fn, None)
         if problem is not None:
             self._broken[shape] = f"decode {shape.label()}: the default V2 kernel {problem}"
+            return None
+        too_big = self._memory_problem(shape, num_seqs, length)
+        if too_big is not None:
+            self.k.skipped.append(f"decode {shape.label()} {num_seqs}x{length}: {too_big}")
             return None
         try:
             cases = make_decode_case(shape, [length] * num_seqs, self.device, copies=COPIES)
@@ -213,7 +253,7 @@ class DecodeTuner:
             return None
         default_cfg = (
             default_config(self.k.triton_impl, shape, num_seqs, length, cases[0]["query"].device)
-            if self.use_triton
+            if self._triton_for(shape)
             else None
         )
         default = self._measure(None, default_fn, cases, None, shape, graphs=self.timer.cuda)
@@ -231,9 +271,9 @@ class DecodeTuner:
             {"backend": "v2", "config": _as_list(default_cfg), "default": True, **default}
         ]
         options: List[Tuple[str, Optional[Tuple[Any, ...]], Any]] = []
-        if self.use_triton and default_cfg is not None:
+        if default_cfg is not None:
             options += [
-                ("v2", c, self._v2(c)) for c in v2_candidates(self.k.triton_impl, default_cfg)
+                ("v2", c, self._v2(shape)) for c in v2_candidates(self.k.triton_impl, default_cfg)
             ]
         if self.k.v1 is not None:
             options.append(("v1", None, self.k.v1))
@@ -308,7 +348,7 @@ def measure_decode(
         tuner.progress.step(f"decode {shape.label()} {num_seqs}x{length}")
         point = tuner.measure_point(shape, num_seqs, length)
         done += 1
-        if tuner.timer.cuda:
+        if tuner.device.startswith("cuda"):
             torch.cuda.empty_cache()  # the next point's caches may be much larger
         if point is not None:
             grouped.setdefault((shape, num_seqs), []).append(point)
