@@ -111,3 +111,56 @@ def test_prefill_cases_fit_the_deployment():
     assert prefill.prefill_cases(DEPLOYMENT) == [(8, 1024, 512), (1, 16384, 2048)]
     small = Deployment([Shape(32, 8, 128)], 4096, 4, "t")
     assert prefill.prefill_cases(small) == [(4, 1024, 512), (1, 2048, 2048)]
+
+
+class _FakeTimer:
+    """'Times' by the module's NUM_WARPS at call time (the ALiBi kernel likes 8)."""
+
+    cuda = False
+
+    def __init__(self, module):
+        self.module = module
+
+    def sync(self):
+        pass
+
+    def eager_us(self, fns):
+        for fn in fns:
+            fn()
+        return {2: 300.0, 4: 1812.0, 8: 1068.0}[self.module.NUM_WARPS]
+
+
+def _fake_prefix_prefill():
+    module = types.SimpleNamespace(NUM_WARPS=4)
+
+    def context_attention_fwd(q, k, v, o, kv_cache_dtype, k_cache, v_cache, b_loc, b_start_loc,
+                              b_seq_len, max_seq_len, max_input_len, k_scale, v_scale,
+                              alibi_slopes=None, sliding_window=None, sm_scale=None):  # fmt: skip
+        args = dict(q=q, k=k, v=v, k_cache=k_cache, v_cache=v_cache, b_loc=b_loc,
+                    b_start_loc=b_start_loc, b_seq_len=b_seq_len,
+                    alibi_slopes=alibi_slopes)  # fmt: skip
+        o.copy_(prefill.reference_prefill(args))
+        if module.NUM_WARPS == 2:
+            o.mul_(2)  # the fastest, and wrong: must never win
+
+    module.context_attention_fwd = context_attention_fwd
+    return module
+
+
+def test_run_picks_the_fastest_correct_warps_and_restores_the_module():
+    module = _fake_prefix_prefill()
+
+    class CpuTuner(prefill.PrefillTuner):
+        needs_cuda = False
+
+    tuner = CpuTuner(_Modules(module), "cpu", _FakeTimer(module), Budget(None), Progress(1, False))
+    small = Deployment([Shape(4, 4, 32, "float32", alibi=True)], 96, 2, "t")
+    entries, warps = tuner.run_cases(small, [(2, 40, 24)])
+    assert module.NUM_WARPS == 4
+    assert warps == 8
+    (entry,) = entries
+    assert entry["kernel"] == "alibi"
+    assert (entry["default_warps"], entry["winner_warps"]) == (4, 8)
+    assert (entry["default_us"], entry["winner_us"]) == (1812.0, 1068.0)
+    statuses = {c["num_warps"]: c["status"] for c in entry["candidates"]}
+    assert statuses == {2: "wrong", 4: "ok", 8: "ok"}

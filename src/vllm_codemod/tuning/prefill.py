@@ -61,8 +61,11 @@ def _inputs(shape: Shape, groups: Sequence[Tuple[int, int, int]], device: str, s
         used += nb
     total = sum(new for _, new in lens)
 
+    # Random data generated on the device: a 16K-token cache is ~100M elements.
+    dev_gen = torch.Generator(device=device).manual_seed(seed + 1)
+
     def rnd(*size: int) -> torch.Tensor:
-        return torch.randn(*size, generator=gen).to(device=device, dtype=dtype)
+        return torch.randn(*size, generator=dev_gen, device=device).to(dtype)
 
     starts = [0]
     for _, new in lens:
@@ -118,6 +121,9 @@ def reference_prefill(a: Dict[str, Any]) -> torch.Tensor:
 
 
 class PrefillTuner:
+    #: the tree's kernels are Triton: without CUDA there is nothing to time
+    needs_cuda = True
+
     def __init__(
         self, modules: TreeModules, device: str, timer: Timer, budget: Budget, progress: Progress
     ) -> None:
@@ -127,9 +133,10 @@ class PrefillTuner:
         self.budget = budget
         self.progress = progress
         self.skipped: List[str] = []
+        self._accepted: set = set()
 
     def _module(self) -> Optional[Any]:
-        if not self.device.startswith("cuda"):
+        if self.needs_cuda and not self.device.startswith("cuda"):
             self.skipped.append("prefix prefill: the tree's Triton kernels need a CUDA device")
             return None
         try:
@@ -153,12 +160,20 @@ class PrefillTuner:
                 f"(no {', '.join(missing)}); not measured"
             )
             return None
+        self._accepted = set(params)
         return module
 
     def _call(self, module: Any, args: Dict[str, Any]) -> None:
-        module.context_attention_fwd(**args)
+        accepted = self._accepted
+        module.context_attention_fwd(**{n: v for n, v in args.items() if n in accepted})
 
     def run(self, deployment: Deployment) -> Tuple[List[Dict[str, Any]], Optional[int]]:
+        """Entries per (shape, prefill case) and the one NUM_WARPS chosen (None: none)."""
+        return self.run_cases(deployment, prefill_cases(deployment))
+
+    def run_cases(
+        self, deployment: Deployment, cases: Sequence[Tuple[int, int, int]]
+    ) -> Tuple[List[Dict[str, Any]], Optional[int]]:
         module = self._module()
         if module is None:
             return [], None
@@ -167,7 +182,7 @@ class PrefillTuner:
         entries: List[Dict[str, Any]] = []
         try:
             for shape in deployment.shapes:
-                for seqs, ctx, new in prefill_cases(deployment):
+                for seqs, ctx, new in cases:
                     self.budget.check()
                     self.progress.step(f"prefill {shape.label()} {seqs}x({ctx}+{new})")
                     entries.append(
