@@ -239,7 +239,7 @@ def tune(
     table.write(path, document)
     rows = table.summary_rows(entry)
     if as_json:
-        emit_json({"output": str(path), "device": entry["device"], "summary": rows,
+        emit_json({"schema_version": 1, "output": str(path), "device": entry["device"], "summary": rows,
                    "prefill_num_warps": entry["prefill_num_warps"],
                    "skipped": entry["skipped"]})  # fmt: skip
         return
