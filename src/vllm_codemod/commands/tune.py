@@ -239,9 +239,16 @@ def tune(
     table.write(path, document)
     rows = table.summary_rows(entry)
     if as_json:
-        emit_json({"schema_version": 1, "output": str(path), "device": entry["device"], "summary": rows,
-                   "prefill_num_warps": entry["prefill_num_warps"],
-                   "skipped": entry["skipped"]})  # fmt: skip
+        emit_json(
+            {
+                "schema_version": 1,
+                "output": str(path),
+                "device": entry["device"],
+                "summary": rows,
+                "prefill_num_warps": entry["prefill_num_warps"],
+                "skipped": entry["skipped"],
+            }
+        )
         return
     click.echo(f"{describe_tree(tree, version)}; device {entry['device']['name']}")
     if rows:
