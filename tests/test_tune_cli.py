@@ -22,9 +22,10 @@ def run(*args: str):
     return CliRunner().invoke(cli, list(args), catch_exceptions=False)
 
 
-@pytest.fixture
-def patched(tmp_path):
-    site = copy_fixture("bi-v100/corex-0.8.3", tmp_path)
+@pytest.fixture(scope="module")
+def patched(tmp_path_factory):
+    """One patched tree for the module: tune never writes into it (the first test checks)."""
+    site = copy_fixture("bi-v100/corex-0.8.3", tmp_path_factory.mktemp("tree"))
     assert run("apply", "--site-packages", str(site)).exit_code == 0
     return site
 
@@ -88,7 +89,7 @@ def test_model_config_errors_are_exit_2_and_write_nothing(patched, tmp_path, mon
                  "--device", "cpu")  # fmt: skip
     assert result.exit_code == 2
     assert f"{bad}:2:22: not valid JSON" in result.output
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "site"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json"]
 
 
 def test_bad_shape_and_unpatched_tree_are_exit_2(tmp_path):
