@@ -257,6 +257,12 @@ def tune(
             click.echo("  " + "  ".join(row[k].ljust(w) for k, w in zip(_HEADER, widths)))
     else:
         click.echo("  nothing measured (see the skipped list)")
+    counts = table.rejected(entry)
+    if counts["wrong"] or counts["failed"]:
+        click.echo(
+            f"  rejected candidates: {counts['failed']} failed to compile or launch, "
+            f"{counts['wrong']} gave wrong results (listed in the file; never chosen)"
+        )
     for reason in entry["skipped"]:
         click.echo(f"  skipped: {reason}")
     if entry["prefill_num_warps"] is not None:

@@ -125,6 +125,19 @@ def summary_rows(device_entry: Dict[str, Any]) -> List[Dict[str, str]]:
     return rows
 
 
+def rejected(device_entry: Dict[str, Any]) -> Dict[str, int]:
+    """How many candidates were wrong or failed to compile/launch (they never win)."""
+    counts = {"wrong": 0, "failed": 0}
+    candidates = [
+        c for e in device_entry.get("decode", []) for p in e["points"] for c in p["candidates"]
+    ]
+    candidates += [c for e in device_entry.get("prefill", []) for c in e["candidates"]]
+    for candidate in candidates:
+        if candidate.get("status") in counts:
+            counts[candidate["status"]] += 1
+    return counts
+
+
 def _us(value: Any) -> str:
     return "-" if value is None else f"{value:.1f}us"
 
