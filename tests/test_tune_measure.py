@@ -202,3 +202,56 @@ def test_grid():
     assert points[:2] == [(Shape(32, 8, 128), 1, 512), (Shape(16, 2, 256), 1, 512)]
     assert all(n * length <= 1 << 20 for _, n, length in points)
     assert (Shape(32, 8, 128), 1, 1 << 17) in points
+
+
+@pytest.fixture
+def real_tables(monkeypatch):
+    """kernels/triton_impl.py imported with a stand-in ``triton`` (jit = identity): its
+    LaunchConfig, tables and pick_config are plain Python, so the candidate search can be
+    checked against the real tables without a GPU."""
+    import importlib.util
+    import sys
+    import types
+    from pathlib import Path
+
+    import vllm_codemod.kernels as kernels_pkg
+
+    triton = types.ModuleType("triton")
+    language = types.ModuleType("triton.language")
+    language.constexpr = object
+    language.permute = object()  # a Triton >= 3.0: the k3d tables
+    triton.jit = lambda fn=None, **kw: fn if fn is not None else (lambda f: f)
+    triton.language = language
+    monkeypatch.setitem(sys.modules, "triton", triton)
+    monkeypatch.setitem(sys.modules, "triton.language", language)
+    path = Path(kernels_pkg.__file__).parent / "triton_impl.py"
+    name = "vllm_codemod.kernels._tune_test_triton_impl"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(
+    "shape, seqs, length",
+    [(Shape(32, 8, 128), 1, 4096), (Shape(16, 2, 256), 1, 100_000), (Shape(64, 1, 128), 16, 8192)],
+)
+def test_candidates_from_the_real_tables(real_tables, shape, seqs, length):
+    from vllm_codemod.tuning.candidates import MAX_CANDIDATES, default_config, v2_candidates
+
+    impl = real_tables
+    default = default_config(impl, shape, seqs, length, torch.device("cpu"))
+    qpk = shape.num_heads // shape.num_kv_heads
+    d_pad = max(16, 1 << (shape.head_size - 1).bit_length())
+    programs = seqs * shape.num_kv_heads * -(-qpk // impl.group_rows(qpk)) * -(-length // 512)
+    assert default == tuple(impl.pick_config(programs, d_pad, None, impl.group_rows(qpk)))
+    candidates = v2_candidates(impl, default)
+    assert 3 <= len(candidates) <= MAX_CANDIDATES
+    assert default not in candidates and len(set(candidates)) == len(candidates)
+    for config in candidates:
+        full = impl.LaunchConfig(*config)  # every candidate is a valid launch config
+        assert full.split == 1 and full.k3d is True
+        assert full.tile in (16, 32, 64, 128) and full.warps in (1, 2, 4, 8)
+    impl.set_config_override(candidates[0])
+    assert tuple(impl.pick_config(programs, d_pad, None, 16)) == candidates[0]
+    impl.set_config_override(None)
