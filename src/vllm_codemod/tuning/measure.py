@@ -251,11 +251,18 @@ class DecodeTuner:
                 f"({_failure(exc)})"
             )
             return None
-        default_cfg = (
-            default_config(self.k.triton_impl, shape, num_seqs, length, cases[0]["query"].device)
-            if self._triton_for(shape)
-            else None
-        )
+        default_cfg = None
+        if self._triton_for(shape):
+            try:
+                default_cfg = default_config(
+                    self.k.triton_impl, shape, num_seqs, length, cases[0]["query"].device
+                )
+            except Exception as exc:  # a tree whose kernels predate these launch tables
+                if "launch tables" not in " ".join(self.k.skipped):
+                    self.k.skipped.append(
+                        f"v2 launch configs: cannot read the tree's launch tables "
+                        f"({_failure(exc)}); timing the default only"
+                    )
         default = self._measure(None, default_fn, cases, None, shape, graphs=self.timer.cuda)
         if default["status"] != "ok":
             self.k.skipped.append(

@@ -185,9 +185,15 @@ class PrefillTuner:
                 for seqs, ctx, new in cases:
                     self.budget.check()
                     self.progress.step(f"prefill {shape.label()} {seqs}x({ctx}+{new})")
-                    entries.append(
-                        self._entry(module, shape, (seqs, ctx, new), warps, default_warps)
-                    )
+                    try:
+                        entries.append(
+                            self._entry(module, shape, (seqs, ctx, new), warps, default_warps)
+                        )
+                    except (RuntimeError, MemoryError) as exc:  # no memory for the inputs
+                        self.skipped.append(
+                            f"prefix prefill {shape.label()} {seqs}x({ctx}+{new}): "
+                            f"{type(exc).__name__}: {str(exc)[:160]}"
+                        )
         except BudgetExhausted as exc:
             self.skipped.append(f"prefix prefill: {exc}; the rest was not measured")
         finally:
