@@ -255,3 +255,21 @@ def test_candidates_from_the_real_tables(real_tables, shape, seqs, length):
     impl.set_config_override(candidates[0])
     assert tuple(impl.pick_config(programs, d_pad, None, 16)) == candidates[0]
     impl.set_config_override(None)
+
+
+def test_a_k3d_fallback_of_the_default_stands_and_is_noted(monkeypatch):
+    monkeypatch.setattr("vllm_codemod.tuning.measure.v2_candidates", lambda impl, default: [FAST])
+    tuner, kernels = _tuner()
+    impl = tuner.k.dispatch.impl
+    original = FakeDispatch.paged_attention_v2_with_path
+
+    def falls_back(self, backend=None, **args):
+        if impl.override is None:
+            impl._k3d_state["disabled"] = True  # the kernel's own retry with the 2-D load
+        return original(self, backend, **args)
+
+    tuner.k.dispatch.paged_attention_v2_with_path = falls_back.__get__(tuner.k.dispatch)
+    point = tuner.measure_point(SHAPE, 1, 600)
+    assert point is not None and point["candidates"][1]["status"] == "ok"
+    assert impl._k3d_state["disabled"] is True
+    assert sum("fell back to the 2-D load" in s for s in kernels.skipped) == 1
