@@ -342,3 +342,16 @@ def test_usage_errors_are_one_line_too(args, fork):
     lines = proc.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("vllm-codemod: error: "), proc.stderr
     assert "--help" in lines[0]
+
+
+def test_every_missing_target_is_named_at_once(fork):
+    (fork / "vllm/attention/ops/prefix_prefill.py").unlink()
+    (fork / "vllm/attention/ops/paged_attn.py").unlink()
+    before = snapshot(fork)
+    _assert_error(
+        run("apply", "--site-packages", str(fork)),
+        "prefix_prefill.py",
+        "paged_attn.py",
+        "--skip v2-dispatch --skip prefix-prefill-warps",
+    )
+    assert snapshot(fork) == before

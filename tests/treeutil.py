@@ -63,3 +63,23 @@ def read_only(path: Path) -> Iterator[None]:
         yield
     finally:
         subprocess.run(["chattr", "-i", str(path)], check=True)
+
+
+def write_record(site: Path) -> Path:
+    """Give ``site``'s vllm dist-info a RECORD listing every file, as pip writes it."""
+    import base64
+    import csv
+    import hashlib
+    import io
+
+    dist_info = next(site.glob("vllm-*.dist-info"))
+    record = dist_info / "RECORD"
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    for path in sorted(p for p in site.rglob("*") if p.is_file() and p != record):
+        data = path.read_bytes()
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        writer.writerow([path.relative_to(site).as_posix(), f"sha256={digest}", len(data)])
+    writer.writerow([record.relative_to(site).as_posix(), "", ""])
+    record.write_text(out.getvalue())
+    return record

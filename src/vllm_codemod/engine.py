@@ -32,7 +32,14 @@ from packaging.version import Version
 
 from . import __version__, transaction
 from .discovery import VllmTree
-from .errors import ConflictError, EnvironmentProblem, ManifestError, RefusalError, UserError
+from .errors import (
+    CodemodError,
+    ConflictError,
+    EnvironmentProblem,
+    ManifestError,
+    RefusalError,
+    UserError,
+)
 from .fsutil import sha256_bytes, sha256_file, tree_lock
 from .manifest import StateDir, deep_copy
 from .planner import ChangeSet, FileChange, build_change_set
@@ -258,9 +265,7 @@ def plan(
     registry = list(all_transforms()) if registry is None else list(registry)
     try:
         version, version_source = read_version(tree)
-    except UserError:
-        raise
-    except Exception:
+    except CodemodError:
         if not options.accept_unknown_version:
             raise
         version, version_source = None, ""
@@ -493,9 +498,17 @@ class TransformOutcome:
     name: str
     target: str
     outcome: str  # "applied", "already applied", "skipped: <reason>", "conflict: <reason>"
+    reason: str = ""
+    details: Dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> Dict[str, Any]:
-        return {"name": self.name, "target": self.target, "outcome": self.outcome}
+        return {
+            "name": self.name,
+            "target": self.target,
+            "outcome": self.outcome,
+            "reason": self.reason,
+            "details": dict(self.details),
+        }
 
 
 @dataclass
@@ -537,7 +550,7 @@ def _outcomes(plan: Plan) -> List[TransformOutcome]:
             outcome = f"skipped: {t.reason}"
         else:
             outcome = f"conflict: {t.reason}"
-        out.append(TransformOutcome(t.name, t.target, outcome))
+        out.append(TransformOutcome(t.name, t.target, outcome, t.reason, dict(t.details)))
     for name in plan.not_selected:
         out.append(TransformOutcome(name, "", "skipped: not selected (--only/--skip)"))
     return out
@@ -571,7 +584,6 @@ def apply(plan: Plan) -> ApplyResult:
                 "again; nothing was changed"
             )
     _probe(plan, state)
-    had_state = state.path.exists()
     manifest = deep_copy(plan.manifest_after)
     manifest["patched_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat(
         timespec="seconds"
@@ -597,8 +609,7 @@ def apply(plan: Plan) -> ApplyResult:
             (record_step if change.path == plan.record else steps).append(step)
         commit(state, "apply", steps + record_step, manifest)
     except EnvironmentProblem as exc:
-        if not had_state or state.has_manifest():
-            discard_uncommitted(state)
+        discard_uncommitted(state)
         raise EnvironmentProblem(
             exc.path,
             errno=exc.errno,
@@ -694,6 +705,8 @@ def revert(tree: VllmTree, discard_local_changes: bool = False) -> RevertResult:
             )
         for pyc in bytecode_for(target):
             steps.append(remove_step(tree.rel(pyc)))
+        if current is not None:
+            writable_probe(target.parent)
         steps.append(remove_step(rel))
         result.restored.append(rel)
     for rel, digest in sorted(manifest["bytecode"].items()):

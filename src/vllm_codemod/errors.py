@@ -33,6 +33,15 @@ class RefusalError(CodemodError):
     """The tool could go on but will not: doing so could destroy a file it does not own."""
 
 
+class NotARegularFile(RefusalError):
+    """A path that should be a plain file is a FIFO, a device or a socket."""
+
+    def __init__(self, path: Union[str, Path], kind: str) -> None:
+        self.path = str(path)
+        self.kind = kind
+        super().__init__(f"{path}: is a {kind}, not a regular file; pass the file itself")
+
+
 class ManifestError(CodemodError):
     """The state directory (manifest, journal, saved originals) is unreadable or untrustworthy."""
 

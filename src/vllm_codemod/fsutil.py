@@ -21,11 +21,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable, Iterator, List, Optional, Tuple
 
-from .errors import CodemodError, EnvironmentProblem
+from .errors import CodemodError, EnvironmentProblem, NotARegularFile
 
 #: every temp file we create is ``.<name>.vllm-codemod-<pid>.tmp`` beside its target
 TEMP_MARK = ".vllm-codemod-"
-_TEMP_RE = re.compile(r"^\..+\.vllm-codemod-[0-9]+\.tmp$")
+_TEMP_RE = re.compile(r"^\.(?P<name>.+)\.vllm-codemod-(?P<pid>[0-9]+)\.tmp$")
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -139,8 +139,26 @@ def atomic_write(path: Path, data: bytes, mode: Optional[int] = None) -> None:
         raise
 
 
-def sweep_temp_files(directories: Iterable[Path]) -> List[Path]:
-    """Remove temp files a killed run of ours left in ``directories`` (only our pattern)."""
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return False  # ours, and we are not writing it now
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_temp_files(
+    directories: Iterable[Path], name: Optional[str] = None, only_dead: bool = False
+) -> List[Path]:
+    """Remove temp files a killed run of ours left in ``directories`` (only our pattern).
+
+    ``name`` limits the sweep to the temp files of one target file; ``only_dead`` keeps
+    those whose writer is still running (for files no lock protects, like a run config).
+    """
     removed: List[Path] = []
     for directory in sorted(set(directories)):
         try:
@@ -148,14 +166,20 @@ def sweep_temp_files(directories: Iterable[Path]) -> List[Path]:
         except OSError:
             continue
         for entry in entries:
-            if is_our_temp_file(entry.name) and entry.is_file(follow_symlinks=False):
-                try:
-                    os.unlink(entry.path)
-                except FileNotFoundError:
-                    continue
-                except OSError as exc:
-                    raise EnvironmentProblem(entry.path, exc) from None
-                removed.append(Path(entry.path))
+            match = _TEMP_RE.match(entry.name)
+            if match is None or not entry.is_file(follow_symlinks=False):
+                continue
+            if name is not None and match.group("name") != name:
+                continue
+            if only_dead and _pid_alive(int(match.group("pid"))):
+                continue
+            try:
+                os.unlink(entry.path)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                raise EnvironmentProblem(entry.path, exc) from None
+            removed.append(Path(entry.path))
     return removed
 
 
@@ -210,13 +234,6 @@ def read_regular_file(path: Path) -> bytes:
         os.close(fd)
 
 
-class NotARegularFile(CodemodError):
-    def __init__(self, path: Path, kind: str) -> None:
-        self.path = path
-        self.kind = kind
-        super().__init__(f"{path}: is a {kind}, not a regular file; pass the file itself")
-
-
 def _kind(mode: int) -> str:
     for test, name in (
         (stat.S_ISFIFO, "FIFO"),
@@ -236,7 +253,10 @@ def tree_lock(directory: Path, timeout: float) -> Iterator[None]:
     Locking the directory's own file descriptor instead of a lock file means the
     lock leaves nothing behind in the tree, so revert can be byte-exact.
     """
-    fd = os.open(directory, os.O_RDONLY)
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError as exc:
+        raise EnvironmentProblem(directory, exc, "cannot open it to lock the tree") from None
     try:
         deadline = time.monotonic() + timeout
         while True:

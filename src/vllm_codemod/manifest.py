@@ -26,7 +26,7 @@ MANIFEST_FORMAT = 2
 READABLE_FORMATS = (1, 2)
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
-_DIST_INFO_RECORD = re.compile(r"^vllm-[^/]+\.dist-info/RECORD$")
+_DIST_INFO_RECORD = re.compile(r"^vllm-[^/]+\.dist-info/RECORD$", re.IGNORECASE)
 
 #: option keys a manifest may record (``tuning`` is reserved for the tune command)
 OPTION_KEYS = ("only", "skip", "tuning")

@@ -18,7 +18,7 @@ from packaging.version import Version
 from vllm_codemod.transforms.base import Plan, Status, Transform, TransformContext
 
 from .discovery import VllmTree
-from .errors import CodemodError, RefusalError
+from .errors import CodemodError, RefusalError, UserError
 from .excerpt import make_excerpt
 from .fsutil import sha256_bytes
 from .textcodec import TextForm, decode
@@ -71,6 +71,21 @@ def _inside_tree(tree: VllmTree, rel: str) -> Path:
             "the vllm package (replace the symlink with the file, or leave the tree alone)"
         )
     return path
+
+
+def _refuse_missing_targets(tree: VllmTree, transforms: Sequence[Transform]) -> None:
+    """Name every missing target at once, so one fix-up round is enough."""
+    missing = [t for t in transforms if not tree.path(f"{tree.root.name}/{t.target}").exists()]
+    if not missing:
+        return
+    paths = ", ".join(str(tree.path(f"{tree.root.name}/{t.target}")) for t in missing)
+    skips = " ".join(f"--skip {t.name}" for t in missing)
+    targeted = ", ".join(t.name for t in missing)
+    raise UserError(
+        f"{paths}: missing, but {targeted} target{'s' if len(missing) == 1 else ''} "
+        f"{'it' if len(missing) == 1 else 'them'}; this tree is not a complete vLLM install "
+        f"(pass {skips} to leave {'it' if len(missing) == 1 else 'them'} out)"
+    )
 
 
 def _read_target(tree: VllmTree, rel: str, transform: Transform) -> bytes:
@@ -171,6 +186,7 @@ def build_change_set(
     wanted_files: Dict[str, bytes] = {}
     wanted_by: Dict[str, str] = {}
 
+    _refuse_missing_targets(tree, transforms)
     for transform in transforms:
         rel = f"{tree.rel(tree.root)}/{transform.target}"
         path = tree.path(rel)

@@ -160,7 +160,10 @@ def _state_source(state: StateDir, source: Any, where: str) -> Path:
         or any(p in ("", ".", "..") for p in parts)
     ):
         raise ManifestError(f"{where}: bad source {source!r}; reinstall vllm")
-    return state.path.joinpath(*parts)
+    path = state.path.joinpath(*parts)
+    if not os.path.realpath(path).startswith(os.path.realpath(state.path) + os.sep):
+        raise ManifestError(f"{where}: source {source!r} leaves the state directory")
+    return path
 
 
 def load_journal(state: StateDir) -> Dict[str, Any]:

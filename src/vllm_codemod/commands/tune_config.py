@@ -3,66 +3,30 @@
 The patched kernels make long-context decode cheap, which moves the bottleneck to the
 scheduler budget; the run config that launches vLLM is where that budget lives, so the
 same build step that patches the tree can retune it.  Editing happens on the original
-text (see :mod:`vllm_codemod.run_config`), so a reviewer's diff shows only the values.
+text (see :mod:`vllm_codemod.tune_config`), so a reviewer's diff shows only the values.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
 import click
 
-from ..errors import CodemodError
-from ..run_config import TUNABLE, Plan, parse_overrides, plan
+from ..tune_config import (
+    TUNABLE,
+    ConfigEdit,
+    parse_overrides,
+    plan_edit,
+    read_config,
+    remove_debris,
+    write_config,
+)
 from ._common import emit_json, user_errors
 
-_BOM = "\ufeff"
 
-
-def _read(path: Path) -> Tuple[bytes, str, bool]:
-    """The file's bytes and text; the text keeps its own line endings."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise CodemodError(f"{path}: no such file; pass the run config YAML to retune") from None
-    except IsADirectoryError:
-        raise CodemodError(f"{path}: is a directory; pass the run config YAML file") from None
-    except OSError as exc:
-        raise CodemodError(f"{path}: cannot read ({exc.strerror}); check permissions") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise CodemodError(
-            f"{path}: not UTF-8 (byte {exc.start}); save the run config as UTF-8"
-        ) from None
-    bom = text.startswith(_BOM)
-    return data, text[1:] if bom else text, bom
-
-
-def _write(path: Path, original: bytes, text: str, bom: bool) -> None:
-    """Replace the file atomically (temp file in the same directory, mode kept).
-
-    A symlinked config keeps its link: we write the file it points to.  If someone
-    changed the file while we planned, we refuse rather than clobber their edit.
-    """
-    from ..errors import EnvironmentProblem
-    from ..fsutil import atomic_write
-
-    target = Path(os.path.realpath(path))
-    if target.read_bytes() != original:
-        raise CodemodError(f"{path}: changed while tune-config ran; run it again")
-    try:
-        atomic_write(target, ((_BOM if bom else "") + text).encode("utf-8"))
-    except EnvironmentProblem as exc:
-        raise CodemodError(
-            f"{path}: cannot write ({exc.reason}); check permissions on {target.parent}"
-        ) from None
-
-
-def _payload(path: Path, result: Plan, dry_run: bool, code: int) -> Dict[str, Any]:
+def _payload(path: Path, result: ConfigEdit, dry_run: bool, code: int) -> Dict[str, Any]:
     return {
         "file": str(path),
         "dry_run": dry_run,
@@ -92,7 +56,7 @@ def _payload(path: Path, result: Plan, dry_run: bool, code: int) -> Dict[str, An
     }
 
 
-def _report(path: Path, result: Plan, targets: Dict[str, Any], dry_run: bool) -> None:
+def _report(path: Path, result: ConfigEdit, targets: Dict[str, Any], dry_run: bool) -> None:
     verb = "would set" if dry_run else "set"
     for edit in result.edits:
         if edit.old is None:
@@ -176,8 +140,8 @@ def tune_config(
     chunked prefill with a max-model-len above the new max-num-batched-tokens.
     """
     targets = parse_overrides(overrides)
-    original, text, bom = _read(file)
-    result = plan(text, str(file), targets, add=add)
+    original = read_config(file)
+    result = plan_edit(original.text, str(file), targets, add=add)
     code = 1 if dry_run and result.changed else 0
     if dry_run:
         if as_json:
@@ -188,8 +152,9 @@ def tune_config(
             click.echo(result.unified_diff(str(file)), nl=False)
             _report(file, result, targets, dry_run=True)
         sys.exit(code)
+    remove_debris(file)
     if result.changed:
-        _write(file, original, result.new_text, bom)
+        write_config(file, original, result.new_text)
     if as_json:
         emit_json(_payload(file, result, dry_run, code))
     else:

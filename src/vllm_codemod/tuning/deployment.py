@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
 from ..errors import UserError
-from ..run_config import _line_col, _model_len, _walk, canonical_key, parse_documents
+from ..tune_config import canonical_key, parse_documents, read_config
+from ..tune_config.locate import _line_col, _model_len, _walk
 
 _KEYS = {
     "model": "model",
@@ -50,12 +51,7 @@ def read_run_config(path: Path) -> Dict[str, Any]:
     A relative model path is taken relative to the run config's directory when it exists
     there (else as written, relative to the current directory).
     """
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file; pass the run config YAML") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"{path}: cannot read as UTF-8 text ({exc})") from None
+    text = read_config(path).text  # a regular UTF-8 file (no FIFO, no device), BOM removed
     documents = parse_documents(text, str(path))
     found: Dict[str, Tuple[Any, str]] = {}
 

@@ -1,0 +1,219 @@
+"""Issue #12, item 3: a run killed at any instant leaves no debris after one recovery run.
+
+The invariant, checked after every kill and one recovery run (``apply`` or ``revert``,
+picked at random): the tree is exactly the pristine tree or exactly the patched tree
+(the manifest's time stamp aside), with no temp file, staging or state directory left
+over.  Two ways to kill:
+
+* deterministic: ``strace -e inject=fsync:signal=KILL:when=N`` kills the real console
+  script at its N-th fsync, for every N an apply or revert makes (skipped without strace);
+* randomized: a forked child runs the command and is SIGKILLed after a random delay
+  inside the command's measured run time; ``VLLM_CODEMOD_KILL_RUNS`` sets how many runs
+  (default 80 for the tree and 120 for tune-config, which stays within the CI budget;
+  setting it also makes the strace test kill at every fsync instead of every fourth).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable, List
+
+import pytest
+
+from treeutil import copy_fixture, snapshot, write_record
+
+FORK = "bi-v100/corex-0.8.3"
+STRACE = shutil.which("strace")
+
+
+def _cli(*args: str) -> int:
+    from vllm_codemod.cli import cli
+
+    try:
+        code = cli.main(list(args), standalone_mode=False)
+    except SystemExit as exc:
+        code = exc.code
+    return code if isinstance(code, int) else 0
+
+
+def _in_child(args: List[str], kill_after: float = -1.0) -> bool:
+    """Run the CLI in a forked child, output silenced; SIGKILL it after ``kill_after`` s.
+
+    Returns whether the child was killed (rather than finishing first).
+    """
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - child
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.dup2(devnull, 2)
+        code = 99
+        try:
+            code = _cli(*args)
+        finally:
+            os._exit(code)
+    if kill_after >= 0:
+        time.sleep(kill_after)
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        return True
+    assert os.WEXITSTATUS(status) == 0, f"{args} exited {os.WEXITSTATUS(status)}"
+    return False
+
+
+@pytest.fixture
+def trees(tmp_path):
+    site = copy_fixture(FORK, tmp_path)
+    write_record(site)
+    pristine = snapshot(site)
+    assert _cli("apply", "--site-packages", str(site)) == 0
+    patched = snapshot(site)
+    assert _cli("revert", "--site-packages", str(site)) == 0
+    assert snapshot(site) == pristine
+    return site, pristine, patched
+
+
+def _recover_and_check(site: Path, pristine, patched, rng: random.Random) -> None:
+    if rng.random() < 0.5:
+        assert _cli("apply", "--site-packages", str(site)) == 0
+        assert snapshot(site) == patched
+    else:
+        assert _cli("revert", "--site-packages", str(site)) == 0
+        assert snapshot(site) == pristine
+
+
+def _duration(action: Callable[[], object]) -> float:
+    start = time.monotonic()
+    action()
+    return time.monotonic() - start
+
+
+def _runs(default: int) -> int:
+    return int(os.environ.get("VLLM_CODEMOD_KILL_RUNS", default))
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_random_kills_during_apply_and_revert(trees):
+    site, pristine, patched = trees
+    rng = random.Random(int(os.environ.get("VLLM_CODEMOD_KILL_SEED", "12")))
+    args = {op: [op, "--site-packages", str(site)] for op in ("apply", "revert")}
+    took = {"apply": _duration(lambda: _in_child(args["apply"]))}
+    took["revert"] = _duration(lambda: _in_child(args["revert"]))
+    runs = _runs(80)
+    mid_write = 0
+    for _ in range(runs):
+        op = "apply" if snapshot(site) == pristine else "revert"
+        # most kills land in the writing phase at the end; some anywhere
+        span = took[op] * (rng.uniform(0.55, 1.1) if rng.random() < 0.7 else rng.random())
+        if _in_child(args[op], kill_after=span):
+            mid_write += snapshot(site) not in (pristine, patched)
+        _recover_and_check(site, pristine, patched, rng)
+    # the kills must really land inside writes, or the test proves nothing
+    assert mid_write >= runs // 10, f"only {mid_write} of {runs} kills interrupted a write"
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_random_kills_during_tune_config(tmp_path):
+    config = tmp_path / "run.yaml"
+    old = b"# deployment\nmax-num-batched-tokens: 8192\ngpu-memory-utilization: 0.9\n"
+    rng = random.Random(int(os.environ.get("VLLM_CODEMOD_KILL_SEED", "12")))
+    config.write_bytes(old)
+    args = ["tune-config", str(config)]
+    took = _duration(lambda: _in_child(args))
+    new = config.read_bytes()
+    assert new != old
+    for _ in range(_runs(120)):
+        config.write_bytes(old)
+        _in_child(args, kill_after=took * rng.uniform(0.3, 1.1))
+        assert config.read_bytes() in (old, new)
+        assert _cli(*args) == 0  # the recovery run
+        assert config.read_bytes() == new
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["run.yaml"]
+
+
+def _strace_kill(args: List[str], n: int, cwd: Path) -> int:
+    exe = [sys.executable, "-m", "vllm_codemod.cli"]
+    inject = f"inject=fsync:signal=KILL:when={n}"
+    proc = subprocess.run(
+        [STRACE, "-f", "-qq", "-o", os.devnull, "-e", "trace=fsync", "-e", inject, *exe, *args],
+        cwd=cwd,
+        capture_output=True,
+    )
+    return proc.returncode
+
+
+def _fsyncs(args: List[str], cwd: Path) -> int:
+    log = cwd / "strace.log"
+    exe = [sys.executable, "-m", "vllm_codemod.cli"]
+    subprocess.run(
+        [STRACE, "-f", "-qq", "-o", str(log), "-e", "trace=fsync", *exe, *args],
+        cwd=cwd,
+        check=True,
+        capture_output=True,
+    )
+    count = sum(1 for line in log.read_text().splitlines() if "fsync(" in line)
+    log.unlink()
+    return count
+
+
+@pytest.mark.skipif(STRACE is None, reason="strace not installed (apt-get install strace)")
+@pytest.mark.parametrize("op", ["apply", "revert"])
+def test_strace_kill_at_every_fsync(trees, tmp_path, op):
+    site, pristine, patched = trees
+    rng = random.Random(3)
+    args = [op, "--site-packages", str(site)]
+    if op == "revert":
+        assert _cli("apply", "--site-packages", str(site)) == 0
+    total = _fsyncs(args, tmp_path)
+    assert total >= (20 if op == "apply" else 2), total
+    if op == "revert":
+        assert snapshot(site) == pristine
+    # every fsync when asked for a long run; by default every fourth (and the last)
+    step = 1 if "VLLM_CODEMOD_KILL_RUNS" in os.environ else 4
+    points = sorted(set(range(1, total + 1, step)) | {total})
+    interrupted = 0
+    for n in points:
+        if op == "revert":
+            assert _cli("apply", "--site-packages", str(site)) == 0
+        else:
+            assert _cli("revert", "--site-packages", str(site)) == 0
+        code = _strace_kill(args, n, tmp_path)
+        assert code != 0, f"{op} was not killed at fsync {n}"
+        interrupted += snapshot(site) not in (pristine, patched)
+        _recover_and_check(site, pristine, patched, rng)
+    assert interrupted == len(points), f"{interrupted} of {len(points)} kills left work to recover"
+
+
+@pytest.mark.skipif(STRACE is None, reason="strace not installed (apt-get install strace)")
+def test_strace_kill_during_tune_config(tmp_path):
+    config_dir = tmp_path / "config"
+    config_dir.mkdir()
+    config = config_dir / "run.yaml"
+    old = b"max-num-batched-tokens: 8192\n"
+    config.write_bytes(old)
+    code = _strace_kill(["tune-config", str(config)], 1, tmp_path)
+    assert code != 0, "tune-config was not killed at its fsync"
+    assert config.read_bytes() == old
+    assert len(list(config_dir.iterdir())) == 2  # the config and the killed run's temp file
+    assert _cli("tune-config", str(config)) == 0  # the recovery run
+    assert config.read_bytes() == b"max-num-batched-tokens: 16384\n"
+    assert [p.name for p in config_dir.iterdir()] == ["run.yaml"]
+
+
+@pytest.mark.skipif(STRACE is None, reason="strace not installed (apt-get install strace)")
+def test_check_removes_the_debris_of_a_run_killed_before_its_commit(trees, tmp_path):
+    site, pristine, _ = trees
+    assert _strace_kill(["apply", "--site-packages", str(site)], 2, tmp_path) != 0
+    assert snapshot(site) != pristine  # staging and a temp file are left
+    assert _cli("check", "--site-packages", str(site)) == 1  # pending, and cleaned up
+    assert snapshot(site) == pristine
