@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
 import torch
 
@@ -93,14 +93,22 @@ def _shapes(device: str, quick: bool):
 
 
 def run_selfcheck(
-    device: Optional[str] = None, quick: bool = True, seed: int = 0
+    device: Optional[str] = None,
+    quick: bool = True,
+    seed: int = 0,
+    progress: Optional[Callable[[int, int], None]] = None,
 ) -> List[Dict[str, object]]:
-    """Per shape: {"shape", "path", "max_abs_err", "rel_err", "ok", "seconds"}."""
+    """Per shape: {"shape", "path", "max_abs_err", "rel_err", "ok", "seconds"}.
+
+    ``progress(done, total)`` is called after each shape (the CLI draws a bar from it;
+    a long shape takes seconds on a CPU).
+    """
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     gen = torch.Generator().manual_seed(seed)
     results: List[Dict[str, object]] = []
-    for label, lens, nh, nkv, hs, bs, dtype, alibi in _shapes(device, quick):
+    shapes = _shapes(device, quick)
+    for label, lens, nh, nkv, hs, bs, dtype, alibi in shapes:
         a = _case(lens, nh, nkv, hs, bs, dtype, device, gen, alibi=bool(alibi))
         if device.startswith("cuda"):
             torch.cuda.synchronize()
@@ -139,4 +147,6 @@ def run_selfcheck(
         if error is not None:
             entry["error"] = error
         results.append(entry)
+        if progress is not None:
+            progress(len(results), len(shapes))
     return results

@@ -19,6 +19,9 @@ Stdlib only (Python 3.9+).  For every requested vLLM version this script
    - ``vllm/version.py`` and/or ``vllm/_version.py`` (if the wheel has them)
    - ``vllm-<version>.dist-info/METADATA`` (header block only: everything
      after the first blank line -- the long description -- is dropped)
+   - for some versions, the attention backends that call (or only import)
+     ``PagedAttention``: test data for ``vllm_codemod.liveness``
+     (``LIVENESS_FILES``)
 
    ``.py`` files are written byte-for-byte as found in the wheel.
 5. writes ``vendor_fixtures/provenance.json`` (merged with any entries already
@@ -71,6 +74,19 @@ OPTIONAL_FILES = [
     "vllm/version.py",
     "vllm/_version.py",
 ]
+
+# Per version: files that call into the patched decode path, or import PagedAttention
+# without calling it, for the liveness scanner's tests (required when listed).
+LIVENESS_FILES: Dict[str, List[str]] = {
+    "0.10.1.1": [
+        "vllm/attention/backends/xformers.py",  # calls PagedAttention.forward_decode
+        "vllm/attention/ops/rocm_aiter_paged_attn.py",  # an override delegating to it
+    ],
+    "0.11.0": [
+        "vllm/v1/attention/backends/rocm_attn.py",  # imports PagedAttention for cache helpers
+        "vllm/attention/ops/rocm_aiter_paged_attn.py",  # an override delegating to it
+    ],
+}
 
 SIMPLE_URL = "https://pypi.org/simple/{project}/"
 SIMPLE_ACCEPT = "application/vnd.pypi.simple.v1+json"
@@ -229,12 +245,13 @@ def extract(version: str, wheel: Path, entry: dict, out_root: Path) -> dict:
         "missing_optional": [],
     }
     files: Dict[str, dict] = rec["files"]  # type: ignore[assignment]
+    required = REQUIRED_FILES + LIVENESS_FILES.get(version, [])
     with zipfile.ZipFile(wheel) as zf:
         names = zf.namelist()
         nameset = set(names)
-        for rel in REQUIRED_FILES + OPTIONAL_FILES:
+        for rel in required + OPTIONAL_FILES:
             if rel not in nameset:
-                (rec["missing"] if rel in REQUIRED_FILES else rec["missing_optional"]).append(rel)  # type: ignore[union-attr]
+                (rec["missing"] if rel in required else rec["missing_optional"]).append(rel)  # type: ignore[union-attr]
                 continue
             data = zf.read(rel)
             dest = target / rel

@@ -76,25 +76,44 @@ def test_full_cycle_on_a_fork_tree(fork):
     assert "nothing to revert" in run("revert", "--site-packages", str(fork)).output
 
 
+@pytest.mark.skipif(shutil.which("patch") is None, reason="needs patch(1)")
 def test_diff_is_exactly_what_apply_writes(fork, tmp_path):
-    diff = run("diff", "--site-packages", str(fork)).output
+    """`patch -p1` of the diff on one copy gives the bytes `apply` writes on another."""
+    diff = run("diff", "--site-packages", str(fork))
+    assert diff.exit_code == 1
     other = copy_fixture(FORK, tmp_path / "other")
-    run("apply", "--site-packages", str(other))
-    for path in ("vllm/_custom_ops.py", "vllm/attention/ops/paged_attn.py"):
-        for line in (other / path).read_text().splitlines():
-            if line.lstrip().startswith("# vllm-codemod"):
-                assert "+" + line in diff
+    assert run("apply", "--site-packages", str(other)).exit_code == 0
+    proc = subprocess.run(
+        ["patch", "-p1", "--quiet", "--batch", "--no-backup-if-mismatch"],
+        input=diff.stdout,
+        cwd=fork,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    patched_files, _ = snapshot(fork)
+    applied_files, _ = snapshot(other)
+    # apply also writes its state directory (originals, manifest): not part of the diff.
+    applied_files = {k: v for k, v in applied_files.items() if "/.vllm-codemod/" not in k}
+    assert sorted(patched_files) == sorted(applied_files)
+    for rel, data in applied_files.items():
+        assert patched_files[rel] == data, rel
 
 
-def test_upstream_tree_only_needs_the_warps_retune(tmp_path):
+def test_upstream_tree_needs_nothing_unless_the_warps_are_forced(tmp_path):
     site = copy_fixture(UPSTREAM, tmp_path)
+    pristine = snapshot(site)
     rows = json.loads(run("check", "--site-packages", str(site), "--json").output)["transforms"]
     statuses = {t["name"]: t["status"] for t in rows}
     assert statuses["paged-attention-v2"] == "not-applicable"
     assert statuses["v2-dispatch"] == "applied"
-    assert statuses["prefix-prefill-warps"] == "pending"
+    assert statuses["prefix-prefill-warps"] == "not-applicable"
     result = run("apply", "--site-packages", str(site))
     assert result.exit_code == 0
+    assert snapshot(site) == pristine
+    forced = run("apply", "--site-packages", str(site), "--only", "prefix-prefill-warps")
+    assert forced.exit_code == 0
+    assert "\nNUM_WARPS = 4\n" in (site / "vllm/attention/ops/prefix_prefill.py").read_text()
     assert not (site / "vllm" / "_codemod_kernels").exists()
 
 
@@ -120,13 +139,43 @@ def test_dispatch_alone_would_route_decode_into_the_stub(fork):
     assert run("check", "--site-packages", str(fork), "--only", "v2-dispatch").exit_code == 0
 
 
-def test_site_packages_from_environment(fork):
-    result = run("check", env={"VLLM_CODEMOD_SITE_PACKAGES": str(fork)})
+def _state(site: Path) -> str:
+    """Which tree an apply acted on: only that one holds the manifest."""
+    manifest = site / "vllm" / ".vllm-codemod" / "manifest.json"
+    return "patched" if manifest.is_file() else "pristine"
+
+
+def test_site_packages_from_environment(fork, tmp_path):
+    decoy = copy_fixture(FORK, tmp_path / "decoy")
+    env = {"VLLM_CODEMOD_SITE_PACKAGES": str(fork)}
+    result = run("check", "--json", env=env)
     assert result.exit_code == 1
+    assert json.loads(result.output)["vllm_root"] == str((fork / "vllm").resolve())
+    assert run("apply", env=env).exit_code == 0
+    assert (_state(fork), _state(decoy)) == ("patched", "pristine")
+    # An explicit option wins over the variable.
+    assert run("apply", "--vllm-root", str(decoy / "vllm"), env=env).exit_code == 0
+    assert _state(decoy) == "patched"
 
 
-def test_vllm_root_option(fork):
-    assert run("check", "--vllm-root", str(fork / "vllm")).exit_code == 1
+def test_a_bad_site_packages_variable_is_named(tmp_path):
+    result = run("check", env={"VLLM_CODEMOD_SITE_PACKAGES": str(tmp_path / "nowhere")})
+    _assert_error(result, "VLLM_CODEMOD_SITE_PACKAGES=", "nowhere", "unset the variable")
+
+
+def test_vllm_root_option(fork, tmp_path):
+    decoy = copy_fixture(FORK, tmp_path / "decoy")
+    result = run("check", "--vllm-root", str(fork / "vllm"), "--json")
+    assert result.exit_code == 1
+    assert json.loads(result.output)["vllm_root"] == str((fork / "vllm").resolve())
+    assert run("apply", "--vllm-root", str(fork / "vllm")).exit_code == 0
+    assert (_state(fork), _state(decoy)) == ("patched", "pristine")
+    assert run("check", "--vllm-root", str(fork / "vllm")).exit_code == 0
+
+
+def test_two_ways_of_naming_the_tree_are_refused(fork):
+    result = run("check", "--site-packages", str(fork), "--vllm-root", str(fork / "vllm"))
+    _assert_error(result, "--site-packages and --vllm-root", "pass only one")
 
 
 def _assert_error(result, *needles: str) -> None:
@@ -177,12 +226,40 @@ def test_missing_target_file(fork):
     )
 
 
+def test_all_missing_targets_are_named_at_once(fork):
+    (fork / "vllm/attention/ops/prefix_prefill.py").unlink()
+    (fork / "vllm/attention/ops/paged_attn.py").unlink()
+    before = snapshot(fork)
+    result = run("apply", "--site-packages", str(fork))
+    _assert_error(
+        result,
+        "paged_attn.py",
+        "prefix_prefill.py",
+        "--skip v2-dispatch --skip prefix-prefill-warps",
+    )
+    assert snapshot(fork) == before
+
+
 def test_unparseable_target(fork):
     target = fork / "vllm/attention/ops/paged_attn.py"
     target.write_text(target.read_text() + "\ndef broken(:\n")
+    line = len(target.read_text().splitlines())
     before = snapshot(fork)
-    _assert_error(run("apply", "--site-packages", str(fork)), "paged_attn.py:", "cannot parse")
+    _assert_error(
+        run("apply", "--site-packages", str(fork)), f"paged_attn.py:{line}:", "cannot parse"
+    )
     assert snapshot(fork) == before
+
+
+def test_a_tokenizer_error_names_its_real_line_and_column(fork):
+    target = fork / "vllm/attention/ops/paged_attn.py"
+    lines = target.read_text().splitlines()
+    lines.insert(40, "x = 'never closed")
+    target.write_text("\n".join(lines) + "\n")
+    result = run("apply", "--site-packages", str(fork))
+    # libcst alone says 1:0 here; the column differs between Python versions' tokenizers.
+    _assert_error(result, f"{target.resolve()}:41:", "cannot parse")
+    assert ":1:0:" not in result.output
 
 
 def test_unknown_shape_is_a_conflict_and_nothing_is_written(tmp_path):

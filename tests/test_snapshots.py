@@ -9,6 +9,10 @@ For each tree under ``vendor_fixtures/{upstream,bi-v100}`` the goldens live in
   bundled kernel files (those are checked against the kernel package instead, so that
   kernel work does not churn these goldens).
 
+Upstream trees have nothing pending by default (``prefix-prefill-warps`` is a fork
+remedy and holds back there); their goldens are what ``--only prefix-prefill-warps``
+forces.
+
 Goldens are claims about what the tool writes: regenerate them with
 ``VLLM_CODEMOD_UPDATE_SNAPSHOTS=1 python3 -m pytest tests/test_snapshots.py`` and read
 every resulting ``git diff`` before committing.
@@ -32,6 +36,8 @@ from vllm_codemod.transforms.paged_attention_v2 import KERNEL_DIR, bundled_kerne
 SNAPSHOTS = Path(__file__).resolve().parent / "snapshots"
 UPDATE = os.environ.get("VLLM_CODEMOD_UPDATE_SNAPSHOTS") == "1"
 CONFLICT_TREES = {"bi-v100/corex-unknown-shape"}
+#: what it takes to patch an upstream tree at all: the fork remedy named explicitly
+FORCE_UPSTREAM = ("--only", "prefix-prefill-warps")
 TARGETS = [f"vllm/{t.target}" for t in ALL_TRANSFORMS]
 
 
@@ -96,6 +102,22 @@ def test_every_fixture_tree_is_covered():
     assert not stale, f"goldens for trees that no longer exist: {sorted(stale)}"
 
 
+@pytest.mark.parametrize("tree", [t for t in PATCHABLE if t.startswith("upstream/")])
+def test_upstream_tree_has_nothing_pending_by_default(tree, tmp_path):
+    site = copy_fixture(tree, tmp_path)
+    pristine = snapshot(site)
+    diff = run("diff", "--site-packages", str(site))
+    assert (diff.exit_code, diff.output) == (0, "")
+    check = run("check", "--site-packages", str(site))
+    assert check.exit_code == 0, check.output
+    assert "prefix-prefill-warps  not-applicable" in check.output
+    assert "upstream tree (no fork markers found)" in check.output
+    assert "use --only prefix-prefill-warps to force" in check.output
+    applied = run("apply", "--site-packages", str(site))
+    assert applied.exit_code == 0 and "nothing to do" in applied.output
+    assert snapshot(site) == pristine
+
+
 @pytest.mark.parametrize("tree", PATCHABLE)
 def test_apply_diff_check_revert(tree, tmp_path):
     site = copy_fixture(tree, tmp_path)
@@ -103,19 +125,20 @@ def test_apply_diff_check_revert(tree, tmp_path):
     goldens = _golden_dir(tree)
     kernels = {f"vllm/{rel}": data for rel, data in bundled_kernel_files().items()}
     assert kernels, "the kernel package is not installed"
+    extra = FORCE_UPSTREAM if tree.startswith("upstream/") else ()
 
     # diff: the stored patch, exit 1 (something is pending in every fixture), writes nothing
-    diff = run("diff", "--site-packages", str(site))
+    diff = run("diff", "--site-packages", str(site), *extra)
     assert diff.exit_code == 1, diff.output
     edited, added = split_diff(diff.output)
     check_or_update(goldens / "diff.patch", edited.encode())
     assert snapshot(site) == pristine
 
-    check = run("check", "--site-packages", str(site))
+    check = run("check", "--site-packages", str(site), *extra)
     assert check.exit_code == 1, check.output
 
     # apply: every target equals its golden, or is unchanged when it has none
-    result = run("apply", "--site-packages", str(site))
+    result = run("apply", "--site-packages", str(site), *extra)
     assert result.exit_code == 0, result.output
     for target in TARGETS:
         after = (site / target).read_bytes()
@@ -138,13 +161,13 @@ def test_apply_diff_check_revert(tree, tmp_path):
     patched = snapshot(site)
 
     # idempotent: a second apply has nothing to do and changes no byte
-    again = run("apply", "--site-packages", str(site))
+    again = run("apply", "--site-packages", str(site), *extra)
     assert again.exit_code == 0
     assert "nothing to do" in again.output
     assert snapshot(site) == patched
-    nothing = run("diff", "--site-packages", str(site))
+    nothing = run("diff", "--site-packages", str(site), *extra)
     assert (nothing.exit_code, nothing.output) == (0, "")
-    done = run("check", "--site-packages", str(site))
+    done = run("check", "--site-packages", str(site), *extra)
     assert done.exit_code == 0, done.output
 
     # revert: original bytes everywhere, no added file or directory left

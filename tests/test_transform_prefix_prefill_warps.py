@@ -7,6 +7,7 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
+from codemod_helpers import assert_codemod, assert_refused, assert_unchanged, run_codemod
 from vllm_codemod.transforms import get_transform
 from vllm_codemod.transforms.base import Status, TransformContext
 
@@ -134,22 +135,33 @@ def changed_lines(old: str, new: str):
     ]
 
 
+#: the binding each shape launches with
+BINDINGS = {
+    "0.4.3": "num_warps = 8 if Lk <= 64 else 8",
+    "0.5.5": "NUM_WARPS = 8",
+    "0.6.6": "NUM_WARPS = 8",
+    "0.7.3": "NUM_WARPS = 4 if current_platform.is_rocm() else 8",
+    "0.8.5": "NUM_WARPS = 4 if current_platform.is_rocm() else 8",
+}
+
+
+def retuned(code: str, binding: str, warps: int = 4) -> str:
+    """``code`` with the line ``binding`` set to ``warps`` under the transform's marker."""
+    name, value = binding.split(" = ", 1)
+    lines = code.splitlines(True)
+    index = next(i for i, line in enumerate(lines) if line.strip() == binding)
+    indent = lines[index][: len(lines[index]) - len(lines[index].lstrip())]
+    lines[index] = (
+        f"{indent}# vllm-codemod: prefix-prefill-warps: was `{value}`; {warps} warps "
+        f"(see docs/transforms.md)\n{indent}{name} = {warps}\n"
+    )
+    return "".join(lines)
+
+
 @pytest.mark.parametrize("shape", sorted(SHAPES))
 def test_every_shape_gets_four_warps(shape):
-    code = SHAPES[shape]
-    result = plan(code)
-    assert result.status is Status.PENDING, result.reason
-    new = result.module.code
-    compile(new, "x", "exec")
-    diff = changed_lines(code, new)
-    # exactly one binding changes: one line out, marker + literal in
-    assert len([d for d in diff if d.startswith("-")]) == 1, diff
-    added = [d[1:].strip() for d in diff if d.startswith("+")]
-    assert added[0].startswith("# vllm-codemod: prefix-prefill-warps: was `")
-    assert added[1] in ("num_warps = 4", "NUM_WARPS = 4")
-    assert len(added) == 2
-    again = plan(new)
-    assert again.status is Status.APPLIED and again.module is None
+    result = assert_codemod(T, SHAPES[shape], retuned(SHAPES[shape], BINDINGS[shape]))
+    assert result.details["num_warps"] == BINDINGS[shape]
 
 
 def test_literal_num_warps_of_other_launches_is_left_alone():
@@ -160,39 +172,42 @@ def test_literal_num_warps_of_other_launches_is_left_alone():
     assert result.details["left alone"] == "_fwd_kernel(num_warps=4)"
 
 
-def test_conditional_replaced_whole_and_marker_records_it():
-    new = plan(V073).module.code
-    assert (
-        "# vllm-codemod: prefix-prefill-warps: was `4 if current_platform.is_rocm() else 8`; "
-        "4 warps (see docs/transforms.md)\nNUM_WARPS = 4\n"
-    ) in new
-
-
 @pytest.mark.parametrize("warps", [1, 2, 16, 32])
 def test_other_warp_counts(warps):
-    new = plan(V066, warps=warps).module.code
-    assert f"\nNUM_WARPS = {warps}\n" in new
-    assert plan(new, warps=warps).status is Status.APPLIED
+    assert_codemod(T, V066, retuned(V066, "NUM_WARPS = 8", warps), num_warps=warps)
 
 
 def test_upstream_eight_is_applied_with_eight():
-    assert plan(V066, warps=8).status is Status.APPLIED
+    assert_unchanged(T, V066, num_warps=8)
     # a conditional is never "applied": the tool writes one literal
-    assert plan(V073, warps=8).status is Status.PENDING
+    assert_codemod(T, V073, retuned(V073, BINDINGS["0.7.3"], 8), num_warps=8)
 
 
 def test_retune_replaces_the_marker():
-    four = plan(V066).module.code
-    eight = plan(four, warps=8).module.code
-    assert eight.count("# vllm-codemod: prefix-prefill-warps:") == 1
-    assert "was `4`; 8 warps" in eight
+    four = retuned(V066, "NUM_WARPS = 8")
+    eight = four.replace("was `8`; 4 warps", "was `4`; 8 warps").replace(
+        "NUM_WARPS = 4", "NUM_WARPS = 8"
+    )
+    assert run_codemod(T, four, num_warps=8).module.code == eight
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known bug outside the transform: vllm_codemod.excerpt cuts a top-level "
+    "statement without the comment lines above it, so on the planner's path the old "
+    "marker of a module-level NUM_WARPS is invisible and a retune adds a second one",
+)
+def test_retune_replaces_the_marker_on_the_planners_path():
+    four = retuned(V066, "NUM_WARPS = 8")
+    eight = four.replace("was `8`; 4 warps", "was `4`; 8 warps").replace(
+        "NUM_WARPS = 4", "NUM_WARPS = 8"
+    )
+    assert_codemod(T, four, eight, num_warps=8)
 
 
 @pytest.mark.parametrize("warps", [0, 3, 6, 64])
 def test_invalid_warp_counts_conflict(warps):
-    result = plan(V066, warps=warps)
-    assert result.status is Status.CONFLICT
-    assert "power of two" in result.reason
+    assert_refused(T, V066, "power of two", num_warps=warps)
 
 
 def test_block_sizes_are_reported_not_changed():
@@ -226,10 +241,7 @@ def test_trailing_comment_on_the_binding_is_dropped_but_neighbours_kept():
     ],
 )
 def test_unknown_shapes_conflict(binding, needle):
-    result = plan(module_level(binding))
-    assert result.status is Status.CONFLICT
-    assert needle in result.reason
-    assert result.module is None
+    assert_refused(T, module_level(binding), needle)
 
 
 def test_parameter_conflicts():
@@ -237,16 +249,12 @@ def test_parameter_conflicts():
         "def context_attention_fwd(q, NUM_WARPS=8):\n"
         "    _fwd_kernel[grid](q, num_warps=NUM_WARPS)\n"
     )
-    result = plan(code)
-    assert result.status is Status.CONFLICT
-    assert "parameter" in result.reason
+    assert_refused(T, code, "parameter")
 
 
 def test_no_named_launch_conflicts():
     code = "def context_attention_fwd(q):\n    _fwd_kernel[grid](q, num_warps=8)\n"
-    result = plan(code)
-    assert result.status is Status.CONFLICT
-    assert "from a variable" in result.reason
+    assert_refused(T, code, "from a variable")
 
 
 def test_local_binding_shadows_module_constant():
@@ -273,3 +281,40 @@ def test_device_code_is_not_searched_for_launches():
     assert result.status is Status.PENDING, result.reason
     assert "\nNUM_WARPS = 4\n" in result.module.code
     assert "helper[grid](Q, num_warps=NUM_WARPS)" in result.module.code
+
+
+def _context(**fields):
+    return TransformContext(vllm_root=Path("/nonexistent/vllm"), version=None, **fields)
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_upstream_tree_is_left_as_shipped(shape):
+    result = T.plan(cst.parse_module(SHAPES[shape]), _context(fork_markers=()))
+    assert result.status is Status.NOT_APPLICABLE
+    assert result.reason.startswith("upstream tree (no fork markers found): `")
+    assert result.reason.endswith("` left as is; use --only prefix-prefill-warps to force")
+    assert result.module is None
+    assert result.details["num_warps"] in result.reason  # what stays, shown to the user
+
+
+def test_upstream_tree_is_patched_when_named_with_only():
+    after = retuned(V073, BINDINGS["0.7.3"])
+    assert_codemod(T, V073, after, fork_markers=(), explicitly_selected={T.name})
+    reason = assert_unchanged(
+        T, V073, Status.NOT_APPLICABLE, fork_markers=(), explicitly_selected={"v2-dispatch"}
+    ).reason
+    assert "use --only prefix-prefill-warps to force" in reason
+
+
+@pytest.mark.parametrize(
+    "markers", [None, ("_custom_ops.py:71: paged_attention_v2 raises NotImplementedError",)]
+)
+def test_fork_or_unknown_tree_is_patched(markers):
+    assert T.plan(cst.parse_module(V073), _context(fork_markers=markers)).status is (Status.PENDING)
+
+
+def test_unknown_shape_on_upstream_tree_is_not_a_conflict():
+    code = module_level('NUM_WARPS = int(os.environ.get("WARPS", "8"))')
+    assert T.plan(cst.parse_module(code), _context()).status is Status.CONFLICT
+    result = T.plan(cst.parse_module(code), _context(fork_markers=()))
+    assert result.status is Status.NOT_APPLICABLE

@@ -8,6 +8,7 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
+from codemod_helpers import assert_codemod, assert_refused, assert_unchanged
 from vllm_codemod.transforms import get_transform
 from vllm_codemod.transforms.base import Status, TransformContext
 from vllm_codemod.transforms.v2_dispatch import heuristic_threshold
@@ -128,20 +129,16 @@ def test_hardcoded_true_becomes_the_heuristic(style):
 
 @pytest.mark.parametrize("comment", ["", "  # BI-V100: ixuca has no paged_attention_v2 kernel"])
 def test_override_after_the_heuristic_is_removed(comment):
-    code = source(UPSTREAM_HEURISTIC + f"use_v1 = True{comment}\n")
-    result = plan(code)
-    assert result.status is Status.PENDING
-    assert "overridden" in result.reason
-    new = result.module.code
-    compile(new, "x", "exec")
-    assert "        use_v1 = True" not in new.split("def forward_prefix")[0]
-    expected = source(
-        UPSTREAM_HEURISTIC
-        + "# vllm-codemod: v2-dispatch: removed `use_v1 = True` that overrode the heuristic "
-        "(forced V1)\n"
+    result = assert_codemod(
+        T,
+        source(UPSTREAM_HEURISTIC + f"use_v1 = True{comment}\n"),
+        source(
+            UPSTREAM_HEURISTIC
+            + "# vllm-codemod: v2-dispatch: removed `use_v1 = True` that overrode the heuristic "
+            "(forced V1)\n"
+        ),
     )
-    assert new == expected
-    assert plan(new).status is Status.APPLIED
+    assert "overridden" in result.reason
 
 
 def test_override_comments_are_kept_with_the_marker():
@@ -151,29 +148,38 @@ def test_override_comments_are_kept_with_the_marker():
 
 
 def test_upstream_heuristic_is_applied():
-    result = plan(source(UPSTREAM_HEURISTIC))
-    assert result.status is Status.APPLIED
-    assert "8192" in result.reason
+    assert "8192" in assert_unchanged(T, source(UPSTREAM_HEURISTIC)).reason
+
+
+RETUNED_4096 = """\
+# vllm-codemod: v2-dispatch: V1/V2 threshold 8192 -> 4096 tokens
+use_v1 = (max_seq_len <= 4096
+          and (max_num_partitions == 1 or num_seqs * num_heads > 512))
+"""
 
 
 def test_heuristic_with_another_threshold_is_retuned():
-    code = source(UPSTREAM_HEURISTIC)
-    result = plan(code, threshold=4096)
-    assert result.status is Status.PENDING
-    new = result.module.code
-    assert "use_v1 = (max_seq_len <= 4096\n                  and (max_num_partitions" in new
-    assert "# vllm-codemod: v2-dispatch: V1/V2 threshold 8192 -> 4096 tokens" in new
-    assert plan(new, threshold=4096).status is Status.APPLIED
+    new = assert_codemod(
+        T, source(UPSTREAM_HEURISTIC), source(RETUNED_4096), v2_threshold=4096
+    ).module.code
     # and back: the marker is replaced, not stacked
-    back = plan(new, threshold=8192).module.code
-    assert back.count("# vllm-codemod: v2-dispatch:") == 1
-    assert "4096 -> 8192" in back
+    assert_codemod(
+        T,
+        new,
+        source(RETUNED_4096.replace("8192 -> 4096", "4096 -> 8192").replace("<= 4096", "<= 8192")),
+        v2_threshold=8192,
+    )
 
 
 def test_hardcode_with_custom_threshold_and_idempotent():
-    new = plan(source("use_v1 = True\n"), threshold=16384).module.code
-    assert "use_v1 = max_seq_len <= 16384 and" in new
-    assert plan(new, threshold=16384).status is Status.APPLIED
+    marker = (
+        "# vllm-codemod: v2-dispatch: was `use_v1 = True`; upstream heuristic, V2 above "
+        "16384 tokens\n"
+    )
+    heuristic = HEURISTIC_8192.replace("8192", "16384") + "\n"
+    new = assert_codemod(
+        T, source("use_v1 = True\n"), source(marker + heuristic), v2_threshold=16384
+    ).module.code
     assert plan(new).status is Status.PENDING  # default 8192 differs: retune
 
 
@@ -214,25 +220,19 @@ def test_0_4_style_names_are_used_when_that_is_what_the_function_binds():
     ],
 )
 def test_unbound_names_conflict(prelude, missing):
-    result = plan(source("use_v1 = True\n", prelude=prelude))
-    assert result.status is Status.CONFLICT
-    assert missing in result.reason and "NameError" in result.reason
+    assert_refused(T, source("use_v1 = True\n", prelude=prelude), missing, "NameError")
 
 
 def test_names_bound_after_the_hardcode_do_not_count():
     prelude = PRELUDE.replace("max_num_partitions = ", "later = ")
     after = "max_num_partitions = 1\n" + AFTER
-    result = plan(source("use_v1 = True\n", prelude=prelude, after=after))
-    assert result.status is Status.CONFLICT
-    assert "max_num_partitions" in result.reason
+    assert_refused(T, source("use_v1 = True\n", prelude=prelude, after=after), "max_num_partitions")
 
 
 def test_missing_length_name_conflicts():
     code = source("use_v1 = True\n").replace("max_seq_len: int,", "longest: int,")
     code = code.replace("max_num_partitions = ((max_seq_len", "max_num_partitions = ((longest")
-    result = plan(code)
-    assert result.status is Status.CONFLICT
-    assert "max_seq_len or max_context_len" in result.reason
+    assert_refused(T, code, "max_seq_len or max_context_len")
 
 
 @pytest.mark.parametrize(
@@ -246,10 +246,7 @@ def test_missing_length_name_conflicts():
     ],
 )
 def test_unknown_shapes_conflict(decision):
-    result = plan(source(decision))
-    assert result.status is Status.CONFLICT
-    assert "unknown shape" in result.reason
-    assert result.module is None
+    assert_refused(T, source(decision), "unknown shape")
 
 
 @pytest.mark.parametrize(
@@ -263,16 +260,11 @@ def test_unknown_shapes_conflict(decision):
     ],
 )
 def test_other_refusals(decision, needle):
-    result = plan(source(decision))
-    assert result.status is Status.CONFLICT
-    assert needle in result.reason
+    assert_refused(T, source(decision), needle)
 
 
 def test_missing_method_conflicts():
-    code = "class PagedAttention:\n    pass\n"
-    result = plan(code)
-    assert result.status is Status.CONFLICT
-    assert "PagedAttention.forward_decode" in result.reason
+    assert_refused(T, "class PagedAttention:\n    pass\n", "PagedAttention.forward_decode")
 
 
 def test_other_methods_and_classes_are_untouched():

@@ -68,7 +68,8 @@ def test_tune_json_report(patched, tmp_path):
     out = tmp_path / "t.json"
     result = run("tune", "--site-packages", str(patched), *TINY, "--output", str(out), "--json")
     assert result.exit_code == 0, result.output
-    report = json.loads(result.output)
+    report = json.loads(result.stdout)
+    assert report["command"] == "tune" and report["exit_code"] == 0
     assert report["output"] == str(out)
     assert len(report["summary"]) == 2
     assert {"shape", "point", "default", "tuned", "speedup"} == set(report["summary"][0])

@@ -47,9 +47,14 @@ def test_verify_catches_a_broken_copy_in_the_tree(patched):
         "    return path\n"
     )
     result = run("verify", "--site-packages", str(patched), "--device", "cpu")
-    assert result.exit_code == 1
+    # 2, not 1: exit status 1 means "changes pending" and belongs to check/diff alone.
+    assert result.exit_code == 2
     assert "FAIL" in result.output
     assert "out of tolerance" in result.output
+    quiet = run("verify", "--site-packages", str(patched), "--device", "cpu", "-q")
+    assert quiet.exit_code == 2
+    (line,) = quiet.output.splitlines()  # -q: the error line only
+    assert line.startswith("vllm-codemod: error: ") and "out of tolerance" in line
 
 
 def test_verify_needs_an_applied_tree(tmp_path):
@@ -57,3 +62,29 @@ def test_verify_needs_an_applied_tree(tmp_path):
     result = run("verify", "--site-packages", str(site))
     assert result.exit_code == 2
     assert "run `vllm-codemod apply` first" in result.output
+
+
+def test_verify_on_cuda_without_a_gpu_is_an_environment_error(patched):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    before = snapshot(patched)
+    result = run("verify", "--site-packages", str(patched), "--device", "cuda")
+    assert result.exit_code == 2, result.output
+    (line,) = result.output.splitlines()
+    assert line.startswith("vllm-codemod: error: --device cuda: torch ")
+    assert "--device cpu" in line
+    assert snapshot(patched) == before
+
+
+def test_verify_draws_progress_only_on_a_terminal(patched, monkeypatch):
+    from vllm_codemod.commands import _output
+
+    monkeypatch.setattr(_output, "_isatty", lambda stream: True)
+    result = run("verify", "--site-packages", str(patched), "--device", "cpu")
+    assert result.exit_code == 0, result.output
+    assert "verify: [" in result.output and "shapes" in result.output
+    monkeypatch.setattr(_output, "_isatty", lambda stream: False)
+    plain = run("verify", "--site-packages", str(patched), "--device", "cpu")
+    assert "verify: [" not in plain.output

@@ -65,6 +65,20 @@ def read_only(path: Path) -> Iterator[None]:
         subprocess.run(["chattr", "-i", str(path)], check=True)
 
 
+def cli_runner():
+    """A CliRunner whose ``result.stdout`` is stdout alone on every click version.
+
+    click 8.1 (the newest on Python 3.8) mixes stderr into stdout unless told not to;
+    click 8.2 keeps them apart and no longer takes the argument.
+    """
+    from click.testing import CliRunner
+
+    try:
+        return CliRunner(mix_stderr=False)
+    except TypeError:
+        return CliRunner()
+
+
 def write_record(site: Path) -> Path:
     """Give ``site``'s vllm dist-info a RECORD listing every file, as pip writes it."""
     import base64

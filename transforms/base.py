@@ -13,7 +13,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Dict, Mapping, Optional, Tuple
+from typing import Any, ClassVar, Dict, FrozenSet, Mapping, Optional, Tuple
 
 import libcst as cst
 from packaging.specifiers import SpecifierSet
@@ -54,6 +54,18 @@ class TransformContext:
     vllm_root: Path  # the ``vllm`` package directory
     version: Optional[Version]  # installed vLLM version, None when it could not be read
     options: Mapping[str, Any] = field(default_factory=dict)
+    #: what marks the tree as a vendor fork (``fork_markers.find_fork_markers``); empty
+    #: for an upstream tree; None when the engine did not look (fork remedies then run
+    #: as on a fork, the behaviour before this field existed)
+    fork_markers: Optional[Tuple[str, ...]] = None
+    #: transforms the user asked for by name (``--only``): a fork remedy that holds
+    #: back on an upstream tree runs when named here
+    explicitly_selected: FrozenSet[str] = frozenset()
+
+    @property
+    def is_upstream(self) -> bool:
+        """Known to carry no fork marker (False when the engine did not look)."""
+        return self.fork_markers is not None and not self.fork_markers
 
     def option(self, transform: Transform, name: str) -> Any:
         for opt in transform.options:

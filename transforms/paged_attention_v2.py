@@ -8,7 +8,8 @@ the stub's body with a call into the bundled split-KV kernels (``vllm/_codemod_k
 shipped by the same run through :attr:`Plan.added_files`), passing every parameter of
 the function's own signature by name, so the one edit works for every signature vLLM
 has had (``kv_scale`` in 0.4.x, float ``k_scale``/``v_scale`` in 0.5-0.6, tensor scales
-from 0.7).
+from 0.7).  A stub that names nothing (``*args, **kwargs``) is forwarded by position
+instead, in the order the installed version's callers use (:mod:`._forwarding`).
 
 The import sits inside the function so that importing ``vllm._custom_ops`` stays as
 cheap as before: the kernels (and Triton) load on the first V2 decode only.
@@ -16,8 +17,10 @@ cheap as before: the kernels (and Triton) load on the first V2 decode only.
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 from pathlib import Path
+from types import ModuleType
 from typing import Dict, FrozenSet, List, Optional, Tuple
 
 import libcst as cst
@@ -33,6 +36,7 @@ from ._cst_helpers import (
     module_function,
     small_statements,
 )
+from ._forwarding import Forwarding, KernelSignature, Unforwardable, plan_forwarding
 from .base import Plan, Status, Transform, TransformContext
 
 #: Installed name of the tool's kernel package and its directory name inside ``vllm/``.
@@ -89,10 +93,10 @@ def bundled_kernel_files() -> Dict[str, bytes]:
     }
 
 
-def accepted_parameters() -> Optional[FrozenSet[str]]:
-    """``ACCEPTED_PARAMETERS`` from the kernel package's ``signature.py``, or None.
+def _signature_module() -> Optional[ModuleType]:
+    """The kernel package's ``signature.py``, loaded from its file, or None.
 
-    Loaded from its file under a private module name rather than imported as
+    Loaded under a private module name rather than imported as
     ``vllm_codemod.kernels.signature``: the latter would run the package ``__init__``
     (torch) first, and the tool never imports torch.
     """
@@ -106,7 +110,23 @@ def accepted_parameters() -> Optional[FrozenSet[str]]:
         return None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return frozenset(module.ACCEPTED_PARAMETERS)
+    return module
+
+
+def accepted_parameters() -> Optional[FrozenSet[str]]:
+    """``ACCEPTED_PARAMETERS`` from the kernel package's ``signature.py``, or None."""
+    module = _signature_module()
+    return None if module is None else frozenset(module.ACCEPTED_PARAMETERS)
+
+
+def kernel_signature() -> Optional[KernelSignature]:
+    """The entry point's positional order and aliases, or None without the kernels."""
+    module = _signature_module()
+    canonical = getattr(module, "CANONICAL_PARAMETERS", None)
+    aliases = getattr(module, "ALIASES", None)
+    if canonical is None or aliases is None:
+        return None
+    return KernelSignature(tuple(canonical), dict(aliases))
 
 
 def _is_log_call(small: cst.BaseSmallStatement) -> bool:
@@ -197,36 +217,34 @@ def _is_stub(stmts: List[cst.BaseStatement]) -> bool:
     return True
 
 
-def _patched_call_arguments(stmts: List[cst.BaseStatement]) -> Optional[List[str]]:
-    """Keyword names of our own kernel call if ``stmts`` is a body we wrote, else None."""
+def _is_our_body(stmts: List[cst.BaseStatement]) -> bool:
+    """Whether ``stmts`` (docstring excluded) is a body this transform wrote: our import,
+    then one call of the kernel alias (whatever its arguments)."""
     smalls: List[cst.BaseSmallStatement] = []
     for stmt in stmts:
         line = small_statements(stmt)
         if line is None:
-            return None
+            return False
         smalls.extend(line)
     if len(smalls) != 2:
-        return None
+        return False
     importer, call = smalls
-    if not _is_kernel_import(importer):
-        return None
-    if not (
-        isinstance(call, cst.Expr)
+    return (
+        _is_kernel_import(importer)
+        and isinstance(call, cst.Expr)
         and isinstance(call.value, cst.Call)
         and is_name(call.value.func, KERNEL_ALIAS)
-    ):
-        return None
-    names: List[str] = []
-    for arg in call.value.args:
-        if (
-            arg.keyword is None
-            or arg.star
-            or not isinstance(arg.value, cst.Name)
-            or arg.value.value != arg.keyword.value
-        ):
-            return None
-        names.append(arg.keyword.value)
-    return names
+    )
+
+
+def _same_code(ours: List[cst.BaseStatement], wanted: List[cst.BaseStatement]) -> bool:
+    """Equal up to formatting and comments (a fork's formatter may rewrap our call)."""
+
+    def dump(stmts: List[cst.BaseStatement]) -> str:
+        code = "".join(cst.Module(body=[s]).code for s in stmts)
+        return ast.dump(ast.parse(code))
+
+    return dump(ours) == dump(wanted)
 
 
 def _calls_a_kernel(func: cst.FunctionDef) -> Optional[str]:
@@ -238,41 +256,14 @@ def _calls_a_kernel(func: cst.FunctionDef) -> Optional[str]:
     return code_of(call.func)
 
 
-def _signature_problem(params: cst.Parameters, accepted: FrozenSet[str]) -> Optional[str]:
-    """Why the signature cannot be forwarded by name, or None when it can."""
-    if params.posonly_params:
-        return (
-            "its parameters are positional-only ("
-            + ", ".join(p.name.value for p in params.posonly_params)
-            + "), so they cannot be passed to the kernel by name"
-        )
-    if isinstance(params.star_arg, cst.Param):
-        return (
-            f"it takes *{params.star_arg.name.value}: the parameters are not named, so the "
-            "kernel cannot be called from the signature alone"
-        )
-    if params.star_kwarg is not None:
-        return (
-            f"it takes **{params.star_kwarg.name.value}: the parameters are not named, so the "
-            "kernel cannot be called from the signature alone"
-        )
-    for param in (*params.params, *params.kwonly_params):
-        if param.name.value not in accepted:
-            return (
-                f"parameter {param.name.value!r} is not one the bundled kernel accepts "
-                f"(it knows: {', '.join(sorted(accepted))})"
-            )
-    return None
-
-
 def _new_body(
     func: cst.FunctionDef,
     docstring: Optional[cst.BaseStatement],
-    names: List[str],
+    forwarding: Forwarding,
     indent: str,
 ) -> cst.IndentedBlock:
-    """The replacement body: docstring (kept), marker, lazy import, call by name."""
-    arguments = "".join(f"{indent * 2}{name}={name},\n" for name in names)
+    """The replacement body: docstring (kept), marker, lazy import, the kernel call."""
+    arguments = "".join(f"{indent * 2}{argument},\n" for argument in forwarding.arguments)
     snippet = (
         "def _():\n"
         f"{indent}from {KERNEL_MODULE} import {KERNEL_ENTRY} as {KERNEL_ALIAS}\n"
@@ -282,13 +273,11 @@ def _new_body(
     template = parsed.body[0]
     assert isinstance(template, cst.FunctionDef) and isinstance(template.body, cst.IndentedBlock)
     statements = list(template.body.body)
+    why = f"NotImplementedError stub -> bundled split-KV V2 kernel (vllm/{KERNEL_DIR})"
+    if not forwarding.by_name:
+        why += f"; {forwarding.how}"
     statements[0] = statements[0].with_changes(
-        leading_lines=[
-            marker_line(
-                PagedAttentionV2.name,
-                f"NotImplementedError stub -> bundled split-KV V2 kernel (vllm/{KERNEL_DIR})",
-            )
-        ]
+        leading_lines=[marker_line(PagedAttentionV2.name, why)]
     )
     if docstring is not None:
         statements.insert(0, docstring)
@@ -329,11 +318,10 @@ class PagedAttentionV2(Transform):
                 f"no module-level `def {FUNCTION}` found; the V2 decode path needs one",
             )
         docstring, stmts = _split_docstring(body_statements(func.body))
-        signature = [p.name.value for p in (*func.params.params, *func.params.kwonly_params)]
 
-        patched = _patched_call_arguments(stmts)
-        is_stub = patched is None and _is_stub(stmts)
-        if patched is None and not is_stub:
+        ours = _is_our_body(stmts)
+        is_stub = not ours and _is_stub(stmts)
+        if not ours and not is_stub:
             callee = _calls_a_kernel(func)
             if callee is not None:
                 return Plan(
@@ -346,40 +334,43 @@ class PagedAttentionV2(Transform):
                 "paged-attention kernel; refusing to guess what its body does",
             )
 
-        accepted = accepted_parameters()
+        kernel = kernel_signature()
         files = bundled_kernel_files()
         table = context.options.get(TUNING_TABLE_OPTION)
         if files and table is not None:  # `apply --tuning`: the table ships with the kernels
             files[f"{KERNEL_DIR}/{TUNING_FILE}"] = table
-        if accepted is None or not files:
+        if kernel is None or not files:
             return Plan(
                 Status.CONFLICT,
                 f"the bundled kernels ({KERNEL_PACKAGE}, with signature.py) are not "
                 "installed with this vllm-codemod; reinstall the tool",
             )
-        problem = _signature_problem(func.params, accepted)
-        if problem is not None:
-            return Plan(Status.CONFLICT, f"{FUNCTION}: {problem}")
+        try:
+            forwarding = plan_forwarding(func.params, kernel, context.version)
+        except Unforwardable as exc:
+            return Plan(Status.CONFLICT, f"{FUNCTION}: {exc}")
 
-        if patched is not None and patched == signature:
-            return Plan(
-                Status.APPLIED,
-                f"{FUNCTION} already calls the bundled kernel with all {len(signature)} parameters",
-                added_files=files,
-            )
         indent = (
             func.body.indent
             if isinstance(func.body, cst.IndentedBlock) and func.body.indent is not None
             else module.default_indent
         )
-        new_func = func.with_changes(body=_new_body(func, docstring, signature, indent))
+        new_body = _new_body(func, docstring, forwarding, indent)
+        if ours and _same_code(stmts, list(new_body.body)[1 if docstring else 0 :]):
+            return Plan(
+                Status.APPLIED,
+                f"{FUNCTION} already calls the bundled kernel ({forwarding.how})",
+                added_files=files,
+            )
+        new_func = func.with_changes(body=new_body)
         new_module = module.with_changes(
             body=[new_func if stmt is func else stmt for stmt in module.body]
         )
         reason = (
-            f"{FUNCTION} is a NotImplementedError stub; it will call the bundled kernel"
+            f"{FUNCTION} is a NotImplementedError stub; it will call the bundled kernel "
+            f"({forwarding.how})"
             if is_stub
-            else f"{FUNCTION} calls the bundled kernel with other parameters than its "
-            "signature has; the call will be regenerated"
+            else f"{FUNCTION} calls the bundled kernel otherwise than its signature asks "
+            f"({forwarding.how}); the call will be regenerated"
         )
         return Plan(Status.PENDING, reason, module=new_module, added_files=files)

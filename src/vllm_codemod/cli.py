@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import importlib
 import sys
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import click
 
 from . import __version__
+from .boundary import classify, exit_code_table, say, sigterm_as_interrupt
 
 #: command name -> (module, attribute, one-line help)
 COMMANDS: Dict[str, Tuple[str, str, str]] = {
@@ -23,6 +24,12 @@ COMMANDS: Dict[str, Tuple[str, str, str]] = {
         "check",
         "check",
         "Report each transform as applied/pending/not-applicable/conflict.",
+    ),
+    "status": (
+        "status",
+        "status",
+        "The tree, version, fork markers, transforms, recorded options, and whether "
+        "anything calls the patched code.",
     ),
     "revert": ("revert", "revert", "Restore the original bytes of everything the tool changed."),
     "list": ("list_cmd", "list_cmd", "List the transforms and the vLLM versions they know."),
@@ -61,16 +68,78 @@ class LazyGroup(click.Group):
             formatter.write_dl(rows)
 
 
+class ToolGroup(LazyGroup):
+    """The top-level group: every run, however it ends, ends in :mod:`.boundary`'s table.
+
+    ``main`` is what the console script, ``python -m vllm_codemod`` and click's test
+    runner all call, so the boundary sits here rather than in a wrapper only one of
+    them would go through.
+    """
+
+    def main(  # type: ignore[override]
+        self,
+        args: Optional[Sequence[str]] = None,
+        prog_name: Optional[str] = None,
+        complete_var: Optional[str] = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        with sigterm_as_interrupt():
+            try:
+                result = super().main(
+                    args, prog_name or "vllm-codemod", complete_var, False, **extra
+                )
+                code = result if isinstance(result, int) else 0
+            except SystemExit as exc:
+                code = _system_exit_status(exc)
+            except (Exception, KeyboardInterrupt, click.Abort) as exc:
+                code = _fail(exc, list(sys.argv[1:] if args is None else args))
+        if not standalone_mode:
+            return code
+        sys.exit(code)
+
+
+def _fail(exc: BaseException, argv: List[str]) -> int:
+    """Say why on stderr; under --json also print the failure as the one JSON document.
+
+    Failures inside a command print their document in :mod:`.commands._output`; what
+    reaches here failed before the command ran (a usage error, an unknown command).
+    """
+    code, message = classify(exc)
+    if message is not None:
+        say(message)
+    if "--json" in argv:
+        from .report import dumps, error_document
+
+        command = next((a for a in argv if a in COMMANDS), "vllm-codemod")
+        text = message or type(exc).__name__
+        text = text[len("error: ") :] if text.startswith("error: ") else text
+        click.echo(dumps(error_document(command, code, text)))
+    return code
+
+
+def _system_exit_status(exc: SystemExit) -> int:
+    if exc.code is None:
+        return 0
+    if isinstance(exc.code, int):
+        return exc.code
+    click.echo(str(exc.code), err=True)
+    return 2
+
+
 @click.group(
-    cls=LazyGroup,
+    cls=ToolGroup,
     context_settings={"help_option_names": ["-h", "--help"]},
     epilog="""\b
 Examples:
   vllm-codemod diff  --site-packages /usr/local/lib/python3.10/site-packages
   vllm-codemod apply --site-packages /usr/local/lib/python3.10/site-packages
+  vllm-codemod status --python /opt/venv/bin/python
   vllm-codemod check --json
   vllm-codemod revert --vllm-root ./site-packages/vllm
-""",
+
+"""
+    + exit_code_table(),
 )
 @click.version_option(__version__, "-V", "--version", prog_name="vllm-codemod")
 def cli() -> None:
@@ -83,22 +152,8 @@ def cli() -> None:
 
 
 def main() -> None:
-    """Console entry point: usage errors, like every other error, are one line + exit 2."""
-    try:
-        code = cli.main(prog_name="vllm-codemod", standalone_mode=False)
-    except click.UsageError as exc:
-        command = exc.ctx.command_path if exc.ctx is not None else "vllm-codemod"
-        click.echo(
-            f"vllm-codemod: error: {exc.format_message()} (see `{command} --help`)", err=True
-        )
-        sys.exit(exc.exit_code)
-    except click.ClickException as exc:
-        click.echo(f"vllm-codemod: error: {exc.format_message()}", err=True)
-        sys.exit(exc.exit_code)
-    except click.Abort:
-        click.echo("vllm-codemod: aborted", err=True)
-        sys.exit(1)
-    sys.exit(code if isinstance(code, int) else 0)
+    """Console entry point (``vllm-codemod``); ``python -m vllm_codemod`` calls it too."""
+    cli.main(prog_name="vllm-codemod")
 
 
 if __name__ == "__main__":

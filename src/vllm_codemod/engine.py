@@ -292,7 +292,7 @@ def plan(
     if baked is not None:
         transform_values[bake.TABLE_OPTION] = baked.data
     change_set = build_change_set(
-        tree, version, chosen, transform_values, previously_added, registry=registry
+        tree, version, chosen, transform_values, previously_added, registry=registry, explicit=only
     )
     after_options: Dict[str, Any] = dict(values)
     after_options.update(

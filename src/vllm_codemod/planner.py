@@ -10,17 +10,19 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Collection, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import libcst as cst
 from packaging.version import Version
 
 from vllm_codemod.transforms.base import Plan, Status, Transform, TransformContext
+from vllm_codemod.transforms.fork_markers import find_fork_markers
 
 from .discovery import VllmTree
 from .errors import CodemodError, RefusalError, UserError
 from .excerpt import make_excerpt
 from .fsutil import sha256_bytes
+from .parse_errors import parse_error_position
 from .textcodec import TextForm, decode
 
 
@@ -115,9 +117,9 @@ def _parse(path: Path, text: str, transform: Transform) -> cst.Module:
     try:
         return cst.parse_module(text)
     except cst.ParserSyntaxError as exc:
+        line, column, what = parse_error_position(text, exc)
         raise CodemodError(
-            f"{path}:{exc.raw_line}:{exc.raw_column}: cannot parse this file "
-            f"({exc.message.splitlines()[0] if exc.message else 'syntax error'}); "
+            f"{path}:{line}:{column}: cannot parse this file ({what}); "
             f"repair it or pass --skip {transform.name}"
         ) from None
 
@@ -169,6 +171,7 @@ def build_change_set(
     options: Mapping[str, Any],
     previously_added: Mapping[str, Tuple[str, str]],
     registry: Sequence[Transform] = (),
+    explicit: Collection[str] = (),
 ) -> ChangeSet:
     """Plan every transform.
 
@@ -176,8 +179,15 @@ def build_change_set(
     transform)); a file a transform shipped before but no longer ships is removed,
     unless someone changed it since.  ``registry`` holds every known transform, so a
     transform's ``requires`` can be checked even when the user left that one out.
+    ``explicit`` names the transforms the user asked for with ``--only``.
     """
-    context = TransformContext(vllm_root=tree.root, version=version, options=dict(options))
+    context = TransformContext(
+        vllm_root=tree.root,
+        version=version,
+        options=dict(options),
+        fork_markers=find_fork_markers(tree.root, version),
+        explicitly_selected=frozenset(explicit),
+    )
     results: List[TransformResult] = []
     sources: Dict[str, bytes] = {}
     texts: Dict[str, str] = {}

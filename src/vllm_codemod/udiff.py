@@ -38,3 +38,49 @@ def _text(data: Optional[bytes]) -> Optional[str]:
 def tree_diff(changes: Iterable[Tuple[str, Optional[bytes], Optional[bytes]]]) -> str:
     """git-style diff of several files given as (path, old bytes, new bytes)."""
     return "".join(file_diff(path, _text(old), _text(new)) for path, old, new in changes)
+
+
+def _unified_range(start: int, stop: int) -> Tuple[int, int]:
+    """A hunk side's (start, length) as the ``@@`` line writes it (see difflib)."""
+    length = stop - start
+    return (start + 1 if length else start), length
+
+
+def _strip_eol(line: str) -> str:
+    for ending in ("\r\n", "\n", "\r"):
+        if line.endswith(ending):
+            return line[: -len(ending)]
+    return line
+
+
+def file_hunks(old: Optional[str], new: Optional[str], context: int = 3) -> List[dict]:
+    """The hunks of :func:`file_diff` as data: the same grouping and ``@@`` numbers.
+
+    Each hunk: ``old_start``/``old_lines``/``new_start``/``new_lines`` and ``lines``,
+    each line its one-character prefix (`` ``, ``-``, ``+``) plus the text without its
+    line ending.
+    """
+    a, b = _lines(old), _lines(new)
+    hunks: List[dict] = []
+    for group in difflib.SequenceMatcher(None, a, b).get_grouped_opcodes(context):
+        old_start, old_len = _unified_range(group[0][1], group[-1][2])
+        new_start, new_len = _unified_range(group[0][3], group[-1][4])
+        lines: List[str] = []
+        for tag, i1, i2, j1, j2 in group:
+            if tag == "equal":
+                lines.extend(" " + _strip_eol(line) for line in a[i1:i2])
+                continue
+            if tag in ("replace", "delete"):
+                lines.extend("-" + _strip_eol(line) for line in a[i1:i2])
+            if tag in ("replace", "insert"):
+                lines.extend("+" + _strip_eol(line) for line in b[j1:j2])
+        hunks.append(
+            {
+                "old_start": old_start,
+                "old_lines": old_len,
+                "new_start": new_start,
+                "new_lines": new_len,
+                "lines": lines,
+            }
+        )
+    return hunks

@@ -1,10 +1,12 @@
-"""What every tree-facing command shares: tree options, selection, the error boundary."""
+"""What every tree-facing command shares: which tree, which transforms, with which values.
+
+Commands parse options here and hand plain values to :mod:`vllm_codemod.engine`;
+errors are raised, never printed: the boundary in :mod:`vllm_codemod.boundary` turns
+them into one line and an exit status, and :mod:`._output` prints the report.
+"""
 
 from __future__ import annotations
 
-import functools
-import json
-import sys
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple
@@ -13,9 +15,13 @@ import click
 from packaging.version import Version
 
 from ..discovery import VllmTree, locate_tree
-from ..errors import CodemodError
+from ..errors import CodemodError, UserError
+from ..report import Report
 
 SITE_PACKAGES_ENV = "VLLM_CODEMOD_SITE_PACKAGES"
+
+#: vLLM keeps sequence lengths in int32 tensors: a larger threshold means nothing.
+INT32_MAX = 2**31 - 1
 
 
 def _all_transforms() -> Sequence[Any]:
@@ -24,8 +30,19 @@ def _all_transforms() -> Sequence[Any]:
     return ALL_TRANSFORMS
 
 
+def transform_names() -> str:
+    return ", ".join(t.name for t in _all_transforms())
+
+
 def tree_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    """--site-packages / --vllm-root: which tree to work on."""
+    """--site-packages / --vllm-root / --python: which tree to work on."""
+    func = click.option(
+        "--python",
+        "python",
+        type=click.Path(path_type=Path, dir_okay=False),
+        help="Patch the vllm that this interpreter imports (its site directories, found "
+        "without importing vllm), e.g. /opt/venv/bin/python.",
+    )(func)
     func = click.option(
         "--vllm-root",
         type=click.Path(path_type=Path, file_okay=False),
@@ -42,6 +59,30 @@ def tree_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return func
 
 
+def _known_names(ctx: click.Context, param: click.Parameter, value: Tuple[str, ...]) -> Any:
+    """Reject an unknown --only/--skip name at parse time, listing the known ones."""
+    known = [t.name for t in _all_transforms()]
+    for name in value:
+        if name not in known:
+            raise click.BadParameter(
+                f"unknown transform {name!r}; known: {', '.join(known)} (see `vllm-codemod list`)"
+            )
+    return value
+
+
+def _option_type(opt: Any) -> Any:
+    """Choices stay choices; integers get bounds, so a nonsense value fails at parse time."""
+    if opt.choices:
+        return click.Choice([str(c) for c in opt.choices])
+    if opt.type is int:
+        maximum = getattr(opt, "maximum", None)
+        return click.IntRange(
+            min=opt.minimum if opt.minimum is not None else 0,
+            max=maximum if maximum is not None else INT32_MAX,
+        )
+    return opt.type
+
+
 def selection_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """--only/--skip, --force, and every transform's own options."""
     for transform in reversed(list(_all_transforms())):
@@ -49,11 +90,11 @@ def selection_options(func: Callable[..., Any]) -> Callable[..., Any]:
             func = click.option(
                 opt.flag,
                 opt.name,
-                type=click.Choice([str(c) for c in opt.choices]) if opt.choices else opt.type,
+                type=_option_type(opt),
                 default=None,
                 help=f"[{transform.name}] {opt.help} (default: {opt.default})",
             )(func)
-    names = [t.name for t in _all_transforms()]
+    names = transform_names()
     func = click.option(
         "--force",
         is_flag=True,
@@ -63,33 +104,17 @@ def selection_options(func: Callable[..., Any]) -> Callable[..., Any]:
         "--skip",
         multiple=True,
         metavar="NAME",
-        help=f"Leave this transform out (repeatable). One of: {', '.join(names)}.",
+        callback=_known_names,
+        help=f"Leave this transform out (repeatable). One of: {names}.",
     )(func)
     func = click.option(
         "--only",
         multiple=True,
         metavar="NAME",
-        help="Run only this transform (repeatable).",
+        callback=_known_names,
+        help=f"Run only this transform (repeatable). One of: {names}.",
     )(func)
     return func
-
-
-def json_option(func: Callable[..., Any]) -> Callable[..., Any]:
-    return click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")(func)
-
-
-def user_errors(func: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn a :class:`CodemodError` into one line on stderr and exit status 2."""
-
-    @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return func(*args, **kwargs)
-        except CodemodError as exc:
-            click.echo(f"vllm-codemod: error: {exc}", err=True)
-            sys.exit(exc.exit_code)
-
-    return wrapper
 
 
 def plan_options(
@@ -104,8 +129,45 @@ def plan_options(
     )
 
 
-def open_tree(site_packages: Optional[Path], vllm_root: Optional[Path]) -> VllmTree:
-    return locate_tree(site_packages, vllm_root)
+def _from_environment(name: str) -> bool:
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return False
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name == "ENVIRONMENT"
+
+
+def open_tree(
+    site_packages: Optional[Path], vllm_root: Optional[Path], python: Optional[Path] = None
+) -> VllmTree:
+    """The tree the user named; an error says which option or variable named it."""
+    given = [
+        flag
+        for flag, value in (
+            ("--site-packages", site_packages),
+            ("--vllm-root", vllm_root),
+            ("--python", python),
+        )
+        if value is not None
+    ]
+    if len(given) > 1:
+        if _from_environment("site_packages") and len(given) == 2:
+            # The variable is a default; an explicit option on the command line wins.
+            site_packages = None
+        else:
+            raise UserError(f"{' and '.join(given)} each name the tree; pass only one")
+    if python is not None:
+        from ..interpreter import locate_for_interpreter
+
+        return locate_for_interpreter(python)
+    try:
+        return locate_tree(site_packages, vllm_root)
+    except CodemodError as exc:
+        if site_packages is not None and _from_environment("site_packages"):
+            raise UserError(
+                f"{SITE_PACKAGES_ENV}={site_packages}: {exc}; fix or unset the variable"
+            ) from None
+        raise
 
 
 @contextmanager
@@ -116,15 +178,20 @@ def locked(tree: VllmTree) -> Iterator[None]:
         yield
 
 
-def emit_json(payload: Dict[str, Any]) -> None:
-    click.echo(json.dumps(payload, indent=2, sort_keys=False))
-
-
 def describe_tree(tree: VllmTree, version: Optional[Version]) -> str:
     shown = version if version is not None else "unknown version"
     return f"vLLM {shown} at {tree.root}"
 
 
-def report_recovery(recovery: Any) -> None:
+def tree_data(tree: VllmTree, version: Optional[Version]) -> Dict[str, Any]:
+    """The keys every tree command's JSON starts with."""
+    return {"vllm_root": str(tree.root), "version": str(version) if version else None}
+
+
+def note_recovery(report: Report, recovery: Any) -> None:
+    """Say (on stderr) what recovery did before this run: a finished run, removed debris."""
+    report.data["recovery"] = recovery.to_dict()
     if recovery.finished:
-        click.echo(f"finished an interrupted {recovery.finished} first", err=True)
+        report.warn(f"finished an interrupted {recovery.finished} first")
+    for rel in recovery.removed:
+        report.detail(f"removed leftover {rel}", err=True)

@@ -2,30 +2,47 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import click
 
+from ..report import Report
 from ._common import (
     describe_tree,
-    emit_json,
-    json_option,
     locked,
     open_tree,
     plan_options,
     selection_options,
+    tree_data,
     tree_options,
-    user_errors,
 )
+from ._output import reporting
 
-_COLOURS = {"applied": "green", "pending": "yellow", "not-applicable": "cyan", "conflict": "red"}
+STATUS_COLOURS = {
+    "applied": "green",
+    "pending": "yellow",
+    "not-applicable": "cyan",
+    "conflict": "red",
+}
+
+
+def transform_rows(report: Report, rows: Any, detail_only: bool = False) -> None:
+    """One aligned, coloured row per transform, then its details (e.g. BLOCK sizes)."""
+    add = report.detail if detail_only else report.say
+    width = max([len(row["name"]) for row in rows] + [0])
+    for row in rows:
+        status = click.style(f"{row['status']:<14}", fg=STATUS_COLOURS.get(row["status"]))
+        add(f"  {row['name']:<{width}}  {status}  {row['target']}: {row['reason']}")
+        for key, value in row["details"].items():
+            add(f"  {'':<{width}}  {'':<14}  {key}: {value}")
 
 
 @click.command(
     epilog="""\b
 Exit status: 0 all applied or not applicable, 1 something pending, 2 error or conflict.
-Without options, compares against the options the last apply used.
+Without options, compares against the options the last apply used; -v adds them, when
+and by which version the tree was patched, and whether pip's RECORD knows our files
+(`vllm-codemod status` shows all that plus whether the patched code is reached).
 Examples:
   vllm-codemod check --site-packages /usr/local/lib/python3.10/site-packages
   vllm-codemod check --json | jq '.transforms[] | select(.status=="pending")'
@@ -33,50 +50,58 @@ Examples:
 )
 @tree_options
 @selection_options
-@json_option
-@user_errors
+@reporting("check")
 def check(
     site_packages: Any,
     vllm_root: Any,
+    python: Any,
     only: Any,
     skip: Any,
     force: bool,
-    as_json: bool,
     **transform_options: Any,
-) -> None:
+) -> Report:
     """Report each transform as applied, pending, not-applicable (and why) or conflict."""
     from .. import engine
 
-    tree = open_tree(site_packages, vllm_root)
+    tree = open_tree(site_packages, vllm_root, python)
     with locked(tree):
         engine.recover(tree, finish=False, best_effort=True)
         status = engine.status(tree, plan_options(only, skip, force, transform_options))
     plan = status.plan
     rows = [t.to_dict() for t in plan.transforms]
     statuses = {row["status"] for row in rows}
-    code = 2 if "conflict" in statuses else 1 if plan.pending else 0
-    if as_json:
-        payload = {
-            "vllm_root": str(tree.root),
-            "version": str(plan.version) if plan.version else None,
+    report = Report("check")
+    report.exit_code = 2 if "conflict" in statuses else 1 if plan.pending else 0
+    report.data.update(tree_data(tree, plan.version))
+    report.data.update(
+        {
             "transforms": rows,
-            "options": plan.options,
-            "recorded_options": status.recorded_options,
+            "pending": plan.pending,
+            "options": dict(plan.options),
+            "option_changes": [c.to_dict() for c in plan.option_changes],
+            "recorded_options": dict(status.recorded_options),
+            "patched": status.patched,
+            "patched_tool_version": status.tool_version,
+            "patched_at": status.patched_at,
             "record": status.record,
-            "exit_code": code,
         }
-        emit_json(payload)
-        sys.exit(code)
-    click.echo(describe_tree(tree, plan.version))
-    width = max(len(row["name"]) for row in rows)
-    for row in rows:
-        status_text = click.style(f"{row['status']:<14}", fg=_COLOURS[row["status"]])
-        click.echo(f"  {row['name']:<{width}}  {status_text}  {row['target']}: {row['reason']}")
-        for key, value in row["details"].items():
-            click.echo(f"  {'':<{width}}  {'':<14}  {key}: {value}")
-    if status.record is None and status.patched:
-        click.echo(
-            "  note: no vllm dist-info RECORD beside the tree: `pip uninstall vllm` will not "
-            "remove the files vllm-codemod added (run `vllm-codemod revert` first)"
+    )
+    report.say(describe_tree(tree, plan.version))
+    transform_rows(report, rows)
+    for change in plan.option_changes:
+        report.say(f"  option differs from the recorded one: {change}")
+    if status.patched:
+        report.detail(
+            f"  patched {status.patched_at or 'at an unknown time'} by vllm-codemod "
+            f"{status.tool_version or '(unknown version)'}"
         )
-    sys.exit(code)
+        shown = ", ".join(f"{k}={v}" for k, v in sorted(status.recorded_options.items()))
+        report.detail(f"  recorded options: {shown or 'none'}")
+        if status.record is None:
+            report.say(
+                "  note: no vllm dist-info RECORD beside the tree: `pip uninstall vllm` will "
+                "not remove the files vllm-codemod added (run `vllm-codemod revert` first)"
+            )
+        else:
+            report.detail(f"  pip RECORD: {status.record}")
+    return report

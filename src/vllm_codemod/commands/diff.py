@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
-import sys
-from typing import Any, Iterable
+from typing import Any, Dict, Iterable, List, Optional
 
 import click
 
+from ..report import Report
 from ._common import (
     locked,
     open_tree,
     plan_options,
     selection_options,
+    tree_data,
     tree_options,
-    user_errors,
 )
+from ._output import reporting
 from ._tuning_option import tuning_options, with_tuning
+
+
+def _text(data: Optional[bytes]) -> Optional[str]:
+    return None if data is None else data.decode("utf-8")
 
 
 def unified_diff(changes: Iterable[Any]) -> str:
@@ -28,38 +33,90 @@ def unified_diff(changes: Iterable[Any]) -> str:
     return tree_diff((c.path, c.old, c.new) for c in changes)
 
 
+def diff_files(changes: Iterable[Any]) -> List[Dict[str, Any]]:
+    """The diff as data (``--json``): per file its action and hunks."""
+    from ..engine import change_action
+    from ..udiff import file_hunks
+
+    return [
+        {
+            "path": change.path,
+            "action": change_action(change),
+            "transforms": list(change.transforms),
+            "hunks": file_hunks(_text(change.old), _text(change.new)),
+        }
+        for change in changes
+    ]
+
+
+def colorize(text: str) -> str:
+    """git's colours: headers bold, hunk ranges cyan, removals red, additions green.
+
+    Always styled; the renderer strips the codes where colour is off (not a
+    terminal, ``NO_COLOR``, ``--no-color``).
+    """
+    out: List[str] = []
+    for line in text.splitlines(keepends=True):
+        body = line.rstrip("\r\n")
+        ending = line[len(body) :]
+        if line.startswith(("diff --git ", "--- ", "+++ ", "new file mode", "deleted file mode")):
+            out.append(click.style(body, bold=True) + ending)
+        elif line.startswith("@@"):
+            out.append(click.style(body, fg="cyan") + ending)
+        elif line.startswith("+"):
+            out.append(click.style(body, fg="green") + ending)
+        elif line.startswith("-"):
+            out.append(click.style(body, fg="red") + ending)
+        else:
+            out.append(line)
+    return "".join(out)
+
+
 @click.command(
     epilog="""\b
 Exit status: 0 nothing would change, 1 changes pending, 2 error or conflict.
+Colour on a terminal unless NO_COLOR is set or --no-color is given.
 Examples:
   vllm-codemod diff --site-packages vendor_fixtures/bi-v100/corex-0.8.3
-  vllm-codemod diff --only v2-dispatch --v2-threshold 4096 | less
+  vllm-codemod diff --only v2-dispatch --v2-threshold 4096 | less -R
+  vllm-codemod diff --json | jq '.files[].hunks | length'
 """
 )
 @tree_options
 @selection_options
 @tuning_options
-@user_errors
+@reporting("diff")
 def diff(
     site_packages: Any,
     vllm_root: Any,
+    python: Any,
     only: Any,
     skip: Any,
     force: bool,
     tuning: Any,
     drop_tuning: bool,
     **transform_options: Any,
-) -> None:
+) -> Report:
     """Show what apply would change as a unified diff; write nothing."""
     from .. import engine
 
-    tree = open_tree(site_packages, vllm_root)
+    tree = open_tree(site_packages, vllm_root, python)
     with locked(tree):
         options = plan_options(only, skip, force, transform_options)
         plan = engine.plan(tree, with_tuning(options, tuning, drop_tuning))
     if plan.conflicts:
         raise engine.conflict_error(plan)
+    report = Report("diff")
+    report.exit_code = 1 if plan.pending else 0
+    report.data.update(tree_data(tree, plan.version))
+    report.data["pending"] = plan.pending
+    report.data["files"] = diff_files(plan.changes)
     text = unified_diff(plan.changes)
-    if text:
-        click.echo(text, nl=False)
-    sys.exit(1 if plan.pending else 0)
+    report.body = colorize(text) if text else None
+    for change in report.data["files"]:
+        report.detail(
+            f"{change['action']:<6} {change['path']}: {len(change['hunks'])} hunk(s) "
+            f"({', '.join(change['transforms']) or 'bookkeeping'})",
+            err=True,
+        )
+    return report

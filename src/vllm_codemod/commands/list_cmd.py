@@ -5,7 +5,9 @@ from __future__ import annotations
 import click
 from packaging.specifiers import SpecifierSet
 
-from ._common import _all_transforms, emit_json, json_option
+from ..report import Report
+from ._common import _all_transforms
+from ._output import reporting
 
 
 def _describe(specifiers: SpecifierSet) -> str:
@@ -22,8 +24,8 @@ Examples:
   vllm-codemod list --json
 """,
 )
-@json_option
-def list_cmd(as_json: bool) -> None:
+@reporting("list")
+def list_cmd() -> Report:
     """List the transforms, what each does, and which vLLM versions it knows."""
     rows = [
         {
@@ -31,15 +33,17 @@ def list_cmd(as_json: bool) -> None:
             "target": f"vllm/{t.target}",
             "description": t.description,
             "known_versions": _describe(t.known_versions),
+            "requires": list(t.requires),
             "options": [{"flag": o.flag, "default": o.default, "help": o.help} for o in t.options],
         }
         for t in _all_transforms()
     ]
-    if as_json:
-        emit_json({"transforms": rows})
-        return
+    report = Report("list", data={"transforms": rows})
     for row in rows:
-        click.echo(f"{row['name']}  ({row['target']}; vLLM {row['known_versions']})")
-        click.echo(f"    {row['description']}")
+        report.say(f"{row['name']}  ({row['target']}; vLLM {row['known_versions']})")
+        report.say(f"    {row['description']}")
         for opt in row["options"]:
-            click.echo(f"    {opt['flag']} (default {opt['default']}): {opt['help']}")
+            report.say(f"    {opt['flag']} (default {opt['default']}): {opt['help']}")
+        if row["requires"]:
+            report.detail(f"    needs: {', '.join(row['requires'])}")
+    return report

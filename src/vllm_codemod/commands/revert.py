@@ -6,20 +6,15 @@ from typing import Any
 
 import click
 
-from ._common import (
-    emit_json,
-    json_option,
-    locked,
-    open_tree,
-    report_recovery,
-    tree_options,
-    user_errors,
-)
+from ..report import Report
+from ._common import locked, note_recovery, open_tree, tree_options
+from ._output import reporting
 
 
 @click.command(
     epilog="""\b
-Exit status: 0 reverted or nothing to revert, 2 error.
+Exit status: 0 reverted or nothing to revert, 2 error or refusal (nothing written),
+130 interrupted (the next run finishes it).
 Example:
   vllm-codemod revert --site-packages /usr/local/lib/python3.10/site-packages
 """
@@ -30,21 +25,22 @@ Example:
     is_flag=True,
     help="Discard local changes: restore (or remove) files changed since the tool wrote them.",
 )
-@json_option
-@user_errors
-def revert(site_packages: Any, vllm_root: Any, force: bool, as_json: bool) -> None:
+@reporting("revert")
+def revert(site_packages: Any, vllm_root: Any, python: Any, force: bool) -> Report:
     """Restore every file the tool changed and remove every file it added."""
     from .. import engine
 
-    tree = open_tree(site_packages, vllm_root)
+    tree = open_tree(site_packages, vllm_root, python)
+    report = Report("revert")
     with locked(tree):
-        report_recovery(engine.recover(tree))
+        note_recovery(report, engine.recover(tree))
         result = engine.revert(tree, discard_local_changes=force)
-    if as_json:
-        emit_json(result.to_dict())
-    elif result.restored:
-        click.echo(f"reverted {len(result.restored)} file(s) under {tree.root}")
+    report.data.update(result.to_dict())
+    report.data["wrote"] = result.wrote
+    if result.restored:
+        report.say(f"reverted {len(result.restored)} file(s) under {tree.root}")
         for rel in result.restored:
-            click.echo(f"  {rel}")
+            report.detail(f"  {rel}")
     else:
-        click.echo(f"nothing to revert under {tree.root}")
+        report.say(f"nothing to revert under {tree.root}")
+    return report

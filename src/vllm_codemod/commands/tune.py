@@ -18,7 +18,9 @@ from typing import Any, Dict, List, Optional, Tuple
 import click
 
 from ..errors import CodemodError, UserError
-from ._common import describe_tree, emit_json, json_option, open_tree, tree_options, user_errors
+from ..report import Report
+from ._common import describe_tree, open_tree, tree_options
+from ._output import current_output, reporting
 
 DEFAULT_BUDGET = 300.0
 #: the part of the budget prefix prefill may use (it runs first; decode gets the rest)
@@ -108,7 +110,12 @@ def _tree_version(tree: Any) -> Any:
 
 
 def _run(
-    tree: Any, version: Any, deployment: Any, device: str, budget_s: Optional[float]
+    tree: Any,
+    version: Any,
+    deployment: Any,
+    device: str,
+    budget_s: Optional[float],
+    interactive: bool = False,
 ) -> Dict[str, Any]:
     from ..tuning import table
     from ..tuning.measure import DecodeTuner, measure_decode, plan_points
@@ -123,7 +130,7 @@ def _run(
     budget = Budget(budget_s)
     points = plan_points(deployment)
     total = len(points) + len(deployment.shapes) * len(prefill_cases(deployment))
-    progress = Progress(total)
+    progress = Progress(total, enabled=interactive)
     name, capability = _device_identity(device)
     with TreeModules(tree.root) as modules:
         try:
@@ -192,11 +199,11 @@ Examples:
 @click.option("--output", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="Where to write the tuning file. [default: "
               "./vllm-codemod-tuning-<device>.json]")  # fmt: skip
-@json_option
-@user_errors
+@reporting("tune")
 def tune(
     site_packages: Any,
     vllm_root: Any,
+    python: Any,
     model_config: Optional[Path],
     run_config: Optional[Path],
     tensor_parallel: Optional[int],
@@ -207,8 +214,7 @@ def tune(
     device: str,
     budget: float,
     output: Optional[Path],
-    as_json: bool,
-) -> None:
+) -> Report:
     """Measure the patched tree's kernels on this accelerator; write a tuning file.
 
     Times the bundled V2 kernel's launch configs, the tree's own paged_attention_v1
@@ -222,52 +228,53 @@ def tune(
     deployment = resolve(
         model_config, run_config, shapes, tensor_parallel, max_model_len, max_num_seqs, dtype
     )
-    tree = open_tree(site_packages, vllm_root)
+    tree = open_tree(site_packages, vllm_root, python)
     version = _tree_version(tree)
     chosen = _pick_device(device)
     previous = sys.dont_write_bytecode
     sys.dont_write_bytecode = True  # leave no bytecode behind in the user's tree
     try:
-        entry = _run(tree, version, deployment, chosen, budget)
+        entry = _run(tree, version, deployment, chosen, budget, current_output().interactive)
     except KeyboardInterrupt:
-        click.echo("vllm-codemod: interrupted; no tuning file written", err=True)
-        sys.exit(130)
+        click.echo("vllm-codemod: tune interrupted; no tuning file written", err=True)
+        raise  # exit status 130 at the command-line boundary
     finally:
         sys.dont_write_bytecode = previous
     document = table.build_document(entry)
     path = output or Path(table.default_output_name(entry["device"]["name"]))
     table.write(path, document)
     rows = table.summary_rows(entry)
-    if as_json:
-        emit_json(
-            {
-                "schema_version": 1,
-                "output": str(path),
-                "device": entry["device"],
-                "summary": rows,
-                "prefill_num_warps": entry["prefill_num_warps"],
-                "skipped": entry["skipped"],
-            }
-        )
-        return
-    click.echo(f"{describe_tree(tree, version)}; device {entry['device']['name']}")
+    report = Report("tune")
+    report.data.update(
+        {
+            "vllm_root": str(tree.root),
+            "output": str(path),
+            "device": entry["device"],
+            "summary": rows,
+            "prefill_num_warps": entry["prefill_num_warps"],
+            "rejected": table.rejected(entry),
+            "skipped": entry["skipped"],
+        }
+    )
+    report.say(f"{describe_tree(tree, version)}; device {entry['device']['name']}")
     if rows:
         widths = [max(len(r[k]) for r in rows + [_HEADER]) for k in _HEADER]
         for row in [_HEADER, *rows]:
-            click.echo("  " + "  ".join(row[k].ljust(w) for k, w in zip(_HEADER, widths)))
+            report.say("  " + "  ".join(row[k].ljust(w) for k, w in zip(_HEADER, widths)))
     else:
-        click.echo("  nothing measured (see the skipped list)")
-    counts = table.rejected(entry)
+        report.say("  nothing measured (see the skipped list)")
+    counts = report.data["rejected"]
     if counts["wrong"] or counts["failed"]:
-        click.echo(
+        report.say(
             f"  rejected candidates: {counts['failed']} failed to compile or launch, "
             f"{counts['wrong']} gave wrong results (listed in the file; never chosen)"
         )
     for reason in entry["skipped"]:
-        click.echo(f"  skipped: {reason}")
+        report.say(f"  skipped: {reason}")
     if entry["prefill_num_warps"] is not None:
-        click.echo(f"prefix-prefill NUM_WARPS: {entry['prefill_num_warps']}")
-    click.echo(f"wrote {path} (bake it in: vllm-codemod apply --tuning {path})")
+        report.say(f"prefix-prefill NUM_WARPS: {entry['prefill_num_warps']}")
+    report.say(f"wrote {path} (bake it in: vllm-codemod apply --tuning {path})")
+    return report
 
 
 _HEADER = {"shape": "shape", "point": "point", "default": "default", "tuned": "-> tuned",

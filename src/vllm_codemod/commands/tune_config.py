@@ -8,12 +8,12 @@ text (see :mod:`vllm_codemod.tune_config`), so a reviewer's diff shows only the 
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
 import click
 
+from ..report import Report
 from ..tune_config import (
     TUNABLE,
     ConfigEdit,
@@ -23,10 +23,10 @@ from ..tune_config import (
     remove_debris,
     write_config,
 )
-from ._common import emit_json, user_errors
+from ._output import reporting
 
 
-def _payload(path: Path, result: ConfigEdit, dry_run: bool, code: int) -> Dict[str, Any]:
+def _payload(path: Path, result: ConfigEdit, dry_run: bool) -> Dict[str, Any]:
     return {
         "file": str(path),
         "dry_run": dry_run,
@@ -52,36 +52,36 @@ def _payload(path: Path, result: ConfigEdit, dry_run: bool, code: int) -> Dict[s
             for o, why in result.skipped
         ],
         "missing": result.missing,
-        "exit_code": code,
     }
 
 
-def _report(path: Path, result: ConfigEdit, targets: Dict[str, Any], dry_run: bool) -> None:
+def _describe(
+    report: Report, path: Path, result: ConfigEdit, targets: Dict[str, Any], dry_run: bool
+) -> None:
     verb = "would set" if dry_run else "set"
     for edit in result.edits:
         if edit.old is None:
-            click.echo(
+            report.say(
                 f"{path}:{edit.line}: {verb} {edit.key} {edit.new} (added as top-level key "
                 f"{edit.spelling})",
                 err=dry_run,
             )
         else:
-            click.echo(
+            report.say(
                 f"{path}:{edit.line}: {verb} {edit.key} {edit.old} -> {edit.new} "
                 f"({edit.kind} {edit.spelling})",
                 err=dry_run,
             )
     for occ, why in result.skipped:
-        click.echo(f"{path}:{occ.line}: {occ.describe()}: {why}", err=True)
+        report.warn(f"{path}:{occ.line}: {occ.describe()}: {why}")
     for name in result.missing:
-        click.echo(
-            f"{path}: no {name} anywhere; nothing added (pass --add to add it as a top-level key)",
-            err=True,
+        report.warn(
+            f"{path}: no {name} anywhere; nothing added (pass --add to add it as a top-level key)"
         )
     if dry_run:
         return
     if result.changed:
-        click.echo(f"updated {len(result.edits)} value(s) in {path}")
+        report.say(f"updated {len(result.edits)} value(s) in {path}")
     else:
         # Only keys found with the wanted value "match"; a missing or templated key is not
         # a match, and the lines above (stderr) already said why it was left alone.
@@ -91,7 +91,7 @@ def _report(path: Path, result: ConfigEdit, targets: Dict[str, Any], dry_run: bo
         parts = [f"already matches ({', '.join(matched)})"] if matched else []
         if left:
             parts.append(f"{', '.join(left)} left as found (see above)")
-        click.echo(f"nothing to do: {path} " + "; ".join(parts))
+        report.say(f"nothing to do: {path} " + "; ".join(parts))
 
 
 @click.command(
@@ -128,11 +128,8 @@ Examples:
     is_flag=True,
     help="Dry run: print a unified diff and write nothing (exit 1 if changes are pending).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-@user_errors
-def tune_config(
-    file: Path, overrides: Tuple[str, ...], add: bool, dry_run: bool, as_json: bool
-) -> None:
+@reporting("tune-config")
+def tune_config(file: Path, overrides: Tuple[str, ...], add: bool, dry_run: bool) -> Report:
     """Retune max-num-batched-tokens and gpu-memory-utilization in a vLLM run config.
 
     Every occurrence is updated in place; comments, order, quoting and indentation
@@ -142,23 +139,20 @@ def tune_config(
     targets = parse_overrides(overrides)
     original = read_config(file)
     result = plan_edit(original.text, str(file), targets, add=add)
-    code = 1 if dry_run and result.changed else 0
+    report = Report("tune-config")
+    report.exit_code = 1 if dry_run and result.changed else 0
+    report.data.update(_payload(file, result, dry_run))
     if dry_run:
-        if as_json:
-            payload = _payload(file, result, dry_run, code)
-            payload["diff"] = result.unified_diff(str(file))
-            emit_json(payload)
-        else:
-            click.echo(result.unified_diff(str(file)), nl=False)
-            _report(file, result, targets, dry_run=True)
-        sys.exit(code)
+        patch = result.unified_diff(str(file))
+        report.data["diff"] = patch
+        report.body = patch or None
+        _describe(report, file, result, targets, dry_run=True)
+        return report
     remove_debris(file)
     if result.changed:
         write_config(file, original, result.new_text)
-    if as_json:
-        emit_json(_payload(file, result, dry_run, code))
-    else:
-        _report(file, result, targets, dry_run=False)
+    _describe(report, file, result, targets, dry_run=False)
+    return report
 
 
 __all__: List[str] = ["tune_config"]

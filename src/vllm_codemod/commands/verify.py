@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Optional
 
 import click
 
 from ..errors import CodemodError
+from ..report import Report
 from ..transforms.paged_attention_v2 import KERNEL_DIR
-from ._common import emit_json, json_option, open_tree, tree_options, user_errors
+from ._common import open_tree, tree_options
+from ._output import current_output, reporting
 
 PRIVATE_NAME = "_vllm_codemod_verify_kernels"
 
@@ -49,9 +52,51 @@ def load_tree_kernels(root: Path) -> Any:
     return importlib.import_module(f"{PRIVATE_NAME}.selfcheck")
 
 
+def require_device(device: str) -> None:
+    """``--device cuda`` on a machine where torch sees no GPU is the user's to fix (exit 2)."""
+    if device != "cuda":
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        raise CodemodError(
+            f"--device cuda: torch {torch.__version__} in {sys.executable} sees no CUDA "
+            "device; run verify on the GPU machine, or pass --device cpu (or auto)"
+        )
+
+
+class ProgressLine:
+    """``verify: 2/4 shapes`` redrawn in place on stderr; only used on a terminal."""
+
+    def __init__(self) -> None:
+        self.drawn = False
+
+    def __call__(self, done: int, total: int) -> None:
+        width = 20
+        filled = width * done // max(total, 1)
+        bar = "#" * filled + "-" * (width - filled)
+        click.echo(f"\rverify: [{bar}] {done}/{total} shapes", nl=False, err=True)
+        self.drawn = True
+
+    def close(self) -> None:
+        if self.drawn:
+            click.echo("\r\033[K", nl=False, err=True)
+
+
+def _run_selfcheck(
+    selfcheck: Any, progress: Optional[Callable[[int, int], None]], **kw: Any
+) -> Any:
+    # A tree patched by an older vllm-codemod carries an older selfcheck without the hook.
+    if progress is not None and "progress" in inspect.signature(selfcheck.run_selfcheck).parameters:
+        kw["progress"] = progress
+    return selfcheck.run_selfcheck(**kw)
+
+
 @click.command(
     epilog="""\b
-Exit status: 0 every shape within tolerance, 1 a mismatch, 2 error.
+Exit status: 0 every shape within tolerance, 2 a shape out of tolerance or failing
+(the kernels in the tree are wrong on this machine: do not ship it), no torch, no
+GPU for --device cuda, or no kernels in the tree.
 Examples:
   vllm-codemod verify                       # the current interpreter's vllm, best device
   vllm-codemod verify --device cpu --json
@@ -66,36 +111,55 @@ Examples:
     help="Where to run; auto picks a GPU when torch sees one.",
 )
 @click.option("--full", is_flag=True, help="Longer sequences and more shapes (slower).")
-@click.option("--seed", type=int, default=0, show_default=True)
-@json_option
-@user_errors
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+@reporting("verify")
 def verify(
-    site_packages: Any, vllm_root: Any, device: str, full: bool, seed: int, as_json: bool
-) -> None:
+    site_packages: Any, vllm_root: Any, python: Any, device: str, full: bool, seed: int
+) -> Report:
     """Run the kernels installed in the patched tree against a float64 reference."""
-    tree = open_tree(site_packages, vllm_root)
+    tree = open_tree(site_packages, vllm_root, python)
     previous = sys.dont_write_bytecode
     sys.dont_write_bytecode = True  # leave no bytecode behind in the user's tree
+    progress = ProgressLine() if current_output().interactive else None
     try:
         selfcheck = load_tree_kernels(tree.root)
-        results = selfcheck.run_selfcheck(
-            device=None if device == "auto" else device, quick=not full, seed=seed
+        require_device(device)
+        results = _run_selfcheck(
+            selfcheck,
+            progress,
+            device=None if device == "auto" else device,
+            quick=not full,
+            seed=seed,
         )
     finally:
         sys.dont_write_bytecode = previous
+        if progress is not None:
+            progress.close()
     failed = [r for r in results if not r["ok"]]
-    if as_json:
-        emit_json({"vllm_root": str(tree.root), "results": results, "ok": not failed})
-    else:
-        click.echo(f"kernels in {tree.root / KERNEL_DIR}")
-        for r in results:
-            verdict = click.style("ok  ", fg="green") if r["ok"] else click.style("FAIL", fg="red")
-            click.echo(
-                f"  {verdict} {r['shape']:<48} path={r['path']:<6} "
-                f"max_abs={r['max_abs_err']:.2e} rel={r['rel_err']:.2e} "
-                f"{r['seconds'] * 1e3:8.1f} ms"
-            )
+    report = Report("verify")
+    report.exit_code = 2 if failed else 0
+    report.data.update(
+        {
+            "vllm_root": str(tree.root),
+            "device": device,
+            "results": results,
+            "ok": not failed,
+        }
+    )
+    report.say(f"kernels in {tree.root / KERNEL_DIR}")
+    for r in results:
+        verdict = click.style("ok  ", fg="green") if r["ok"] else click.style("FAIL", fg="red")
+        report.say(
+            f"  {verdict} {r['shape']:<48} path={r['path']:<6} "
+            f"max_abs={r['max_abs_err']:.2e} rel={r['rel_err']:.2e} "
+            f"{r['seconds'] * 1e3:8.1f} ms"
+        )
+        if "error" in r:
+            report.detail(f"       {r['error']}")
     if failed:
-        if not as_json:
-            click.echo(f"vllm-codemod: {len(failed)} shape(s) out of tolerance", err=True)
-        sys.exit(1)
+        report.error(
+            f"vllm-codemod: error: {len(failed)} shape(s) out of tolerance or failing "
+            f"({', '.join(str(r['shape']) for r in failed)}); the kernels in the tree are "
+            "wrong on this machine: do not ship it (run with -v for the errors)"
+        )
+    return report

@@ -67,7 +67,7 @@ def paged_attention_v1(
         blocksparse_head_sliding_step)
 
 
-def paged_attention_v2(*args, **kwargs) -> None:
+def paged_attention_v2(out, query, *args, **kwargs) -> None:
     raise NotImplementedError(
         "paged_attention_v2 is not supported on ixuca, "
         "set VLLM_USE_V1_PAGED_ATTN=1")

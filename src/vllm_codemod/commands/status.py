@@ -1,0 +1,147 @@
+"""``vllm-codemod status``: everything worth knowing about one tree, on one screen.
+
+Beyond ``check`` it answers the question a patched image raises: *does anything
+actually run the patched code?*  vLLM 0.11.0 has no caller of
+``PagedAttention.forward_decode`` left (its V1 backends use other kernels), so there
+the patch is inert unless an out-of-tree backend calls it; saying so avoids a false
+sense of a faster deployment.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Dict, List
+
+import click
+
+from ..report import Report
+from ._common import locked, open_tree, plan_options, tree_options
+from ._output import reporting
+from .check import transform_rows
+
+PATCHED_ENTRY_POINTS = "PagedAttention.forward_decode or ops.paged_attention_v2"
+
+
+def _callers(tree: Any) -> List[Dict[str, Any]]:
+    """Static call sites of the patched code in the tree (calls, not imports)."""
+    from ..liveness import find_callers
+
+    rows = []
+    for caller in find_callers(tree.root):
+        path = Path(caller.path)
+        if path.is_absolute():
+            try:
+                path = path.relative_to(tree.base)
+            except ValueError:
+                pass
+        rows.append(
+            {"path": path.as_posix(), "line": caller.line, "col": caller.col, "what": caller.what}
+        )
+    return rows
+
+
+def _key(name: str) -> str:
+    """A left-column label, padded before styling so colour codes do not break alignment."""
+    return click.style(f"{name:<10}", bold=True)
+
+
+def _options_text(options: Dict[str, Any]) -> str:
+    shown = []
+    for key, value in sorted(options.items()):
+        if value in (None, [], ()):
+            continue
+        shown.append(f"{key}={','.join(value) if isinstance(value, list) else value}")
+    return ", ".join(shown) or "none"
+
+
+@click.command(
+    epilog="""\b
+Exit status: 0 (status only reports; use `check` to gate a build), 2 error.
+Examples:
+  vllm-codemod status --site-packages /usr/local/lib/python3.10/site-packages
+  vllm-codemod status --python /opt/venv/bin/python --json | jq .live
+"""
+)
+@tree_options
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Accept a tree whose vLLM version is unknown or outside the known range.",
+)
+@reporting("status")
+def status(site_packages: Any, vllm_root: Any, python: Any, force: bool) -> Report:
+    """Show the tree, its version, fork markers, each transform's state, the recorded
+    options, when it was patched, and whether anything calls the patched code."""
+    from vllm_codemod.transforms.fork_markers import find_fork_markers
+
+    from .. import engine
+
+    tree = open_tree(site_packages, vllm_root, python)
+    with locked(tree):
+        engine.recover(tree, finish=False, best_effort=True)
+        state = engine.status(tree, plan_options((), (), force, {}))
+    plan = state.plan
+    rows = [t.to_dict() for t in plan.transforms]
+    markers = list(find_fork_markers(tree.root, plan.version))
+    callers = _callers(tree)
+    report = Report("status")
+    report.data.update(
+        {
+            "vllm_root": str(tree.root),
+            "site_packages": str(tree.base),
+            "version": str(plan.version) if plan.version else None,
+            "version_source": plan.version_source or None,
+            "fork_markers": markers,
+            "transforms": rows,
+            "pending": plan.pending,
+            "patched": state.patched,
+            "patched_tool_version": state.tool_version,
+            "patched_at": state.patched_at,
+            "recorded_options": dict(state.recorded_options),
+            "record": state.record,
+            "callers": callers,
+            "live": bool(callers),
+        }
+    )
+    report.say(f"{_key('tree')} {tree.root}")
+    version = plan.version or "unknown"
+    source = f" (from {plan.version_source})" if plan.version_source else ""
+    report.say(f"{_key('version')} {version}{source}")
+    if markers:
+        report.say(f"{_key('fork')} {markers[0]}")
+        for marker in markers[1:]:
+            report.say(f"{'':<10} {marker}")
+    else:
+        report.say(f"{_key('fork')} no fork markers (looks like upstream vLLM)")
+    if state.patched:
+        report.say(
+            f"{_key('patched')} {state.patched_at or 'at an unknown time'} by "
+            f"vllm-codemod {state.tool_version or '(unknown version)'}"
+        )
+        report.say(f"{_key('options')} {_options_text(state.recorded_options)}")
+    else:
+        report.say(f"{_key('patched')} no (nothing recorded by vllm-codemod)")
+    if state.record is not None:
+        report.say(f"{_key('RECORD')} {state.record}")
+    else:
+        report.say(
+            f"{_key('RECORD')} none: `pip uninstall vllm` cannot know the "
+            "files vllm-codemod adds (run `vllm-codemod revert` before uninstalling)"
+        )
+    report.say(click.style("transforms", bold=True))
+    transform_rows(report, rows)
+    if callers:
+        report.say(
+            f"{_key('live')} yes: {len(callers)} call site(s) of {PATCHED_ENTRY_POINTS} in the tree"
+        )
+        for caller in callers:
+            report.say(
+                f"{'':<10} {caller['path']}:{caller['line']}:{caller['col']}  {caller['what']}"
+            )
+    else:
+        report.say(
+            f"{_key('live')} no: nothing in this tree calls "
+            f"{PATCHED_ENTRY_POINTS}; the patch is inert in this tree unless an out-of-tree "
+            "backend calls it"
+        )
+    return report
