@@ -149,3 +149,18 @@ def test_a_usage_error_under_json_is_one_document_too(args):
     payload = document(*args, code=2)
     assert payload["error"]["message"]
     assert "--help" in payload["error"]["message"]
+
+
+def test_report_envelope_cannot_be_overwritten_and_odd_values_are_named():
+    from packaging.version import Version
+
+    from vllm_codemod.report import Report, dumps
+    from vllm_codemod.transforms.base import Status
+
+    report = Report("check", data={"where": Path("/x"), "v": Version("0.8.3"), "s": Status.APPLIED})
+    assert json.loads(dumps(report.to_json()))["v"] == "0.8.3"
+    assert json.loads(dumps(report.to_json()))["s"] == "applied"
+    with pytest.raises(TypeError, match="object is not JSON serializable"):
+        dumps({"x": object()})
+    with pytest.raises(ValueError, match="exit_code"):
+        Report("check", data={"exit_code": 0}).to_json()

@@ -68,9 +68,14 @@ def test_apply_reports_what_it_did_never_pending(tmp_path):
     tree = ["--site-packages", str(site)]
     first = json.loads(run("apply", *tree, "--json").output)
     outcomes = {t["name"]: t["outcome"] for t in first["transforms"]}
-    assert outcomes["prefix-prefill-warps"] == "applied"
+    # prefix-prefill-warps is a fork remedy: on upstream it runs only when named.
+    assert outcomes["prefix-prefill-warps"].startswith("skipped: upstream tree")
     assert outcomes["v2-dispatch"] == "already applied"
     assert outcomes["paged-attention-v2"].startswith("skipped: ")
+    named = json.loads(run("apply", *tree, "--only", "prefix-prefill-warps", "--json").output)
+    assert {t["name"]: t["outcome"] for t in named["transforms"]}["prefix-prefill-warps"] == (
+        "applied"
+    )
     fork = copy_fixture(FORK, tmp_path / "fork")
     text = run("apply", "--site-packages", str(fork)).output
     assert "pending" not in text and text.count(" applied\n") == 3, text

@@ -75,6 +75,7 @@ def test_patched_fork_with_a_caller_is_live(fork):
     assert payload["recorded_options"]["num_warps"] == 2
     assert {t["status"] for t in payload["transforms"]} == {"applied"}
     assert payload["fork_markers"]  # a patched fork is still a fork
+    assert payload["scan"]["parsed"] >= 1 and payload["scan"]["unparseable"] == []
 
     text = run("status", "--site-packages", str(fork)).output
     assert "live       yes: 1 call site(s)" in text

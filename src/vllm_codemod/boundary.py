@@ -131,14 +131,6 @@ def classify(exc: BaseException) -> Tuple[int, Optional[str]]:
     )
 
 
-def exit_status_for(exc: BaseException) -> int:
-    """Map an exception that escaped a command to its status, saying why on stderr."""
-    code, message = classify(exc)
-    if message is not None:
-        say(message)
-    return code
-
-
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else "no message"

@@ -9,10 +9,13 @@ telling different stories.  The JSON is described in ``docs/json.md`` and by
 
 from __future__ import annotations
 
+import enum
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
+
+from packaging.version import Version
 
 from . import __version__
 
@@ -91,13 +94,10 @@ def dumps(document: Dict[str, Any]) -> str:
 
 def _jsonable(value: Any) -> Any:
     """Paths, versions and enums print as their text; anything else is a bug we surface."""
-    if isinstance(value, (Path,)):
+    if isinstance(value, (Path, Version)):
         return str(value)
-    text = getattr(value, "value", None)
-    if isinstance(text, str):
-        return text
-    if type(value).__name__ == "Version":
-        return str(value)
+    if isinstance(value, enum.Enum) and isinstance(value.value, str):
+        return value.value
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 

@@ -9,8 +9,7 @@ sense of a faster deployment.
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 import click
 
@@ -22,22 +21,13 @@ from .check import transform_rows
 PATCHED_ENTRY_POINTS = "PagedAttention.forward_decode or ops.paged_attention_v2"
 
 
-def _callers(tree: Any) -> List[Dict[str, Any]]:
-    """Static call sites of the patched code in the tree (calls, not imports)."""
-    from ..liveness import find_callers
+def _scan(tree: Any) -> Tuple[List[Dict[str, Any]], Any]:
+    """Static call sites of the patched code in the tree (calls, not imports), and the scan."""
+    from ..liveness import scan_tree
 
-    rows = []
-    for caller in find_callers(tree.root):
-        path = Path(caller.path)
-        if path.is_absolute():
-            try:
-                path = path.relative_to(tree.base)
-            except ValueError:
-                pass
-        rows.append(
-            {"path": path.as_posix(), "line": caller.line, "col": caller.col, "what": caller.what}
-        )
-    return rows
+    scan = scan_tree(tree.root)
+    rows = [{"path": c.path, "line": c.line, "col": c.col, "what": c.what} for c in scan.callers]
+    return rows, scan
 
 
 def _key(name: str) -> str:
@@ -83,7 +73,7 @@ def status(site_packages: Any, vllm_root: Any, python: Any, force: bool) -> Repo
     plan = state.plan
     rows = [t.to_dict() for t in plan.transforms]
     markers = list(find_fork_markers(tree.root, plan.version))
-    callers = _callers(tree)
+    callers, scan = _scan(tree)
     report = Report("status")
     report.data.update(
         {
@@ -101,6 +91,11 @@ def status(site_packages: Any, vllm_root: Any, python: Any, force: bool) -> Repo
             "record": state.record,
             "callers": callers,
             "live": bool(callers),
+            "scan": {
+                "files": scan.files,
+                "parsed": scan.parsed,
+                "unparseable": list(scan.unparseable),
+            },
         }
     )
     report.say(f"{_key('tree')} {tree.root}")
@@ -144,4 +139,10 @@ def status(site_packages: Any, vllm_root: Any, python: Any, force: bool) -> Repo
             f"{PATCHED_ENTRY_POINTS}; the patch is inert in this tree unless an out-of-tree "
             "backend calls it"
         )
+    report.detail(
+        f"{'':<10} scanned {scan.files} .py file(s), parsed {scan.parsed} that mention a "
+        "patched name"
+    )
+    for rel in scan.unparseable:
+        report.detail(f"{'':<10} could not parse {rel}: its calls, if any, are not counted")
     return report
