@@ -338,3 +338,15 @@ def test_no_bytecode_of_the_patched_source_passes_for_fresh_after_revert(fork):
         recorded_mtime = int.from_bytes(header[:4], "little")
         recorded_size = int.from_bytes(header[4:], "little")
         assert (recorded_mtime, recorded_size) != (int(st.st_mtime) & 0xFFFFFFFF, st.st_size)
+
+
+def test_a_symlinked_state_directory_part_is_refused(fork, tmp_path):
+    apply(fork)
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    staged = fork / "vllm/.vllm-codemod/staged"
+    staged.symlink_to(outside)
+    before = snapshot(fork)
+    one_line_error(run("apply", "--site-packages", str(fork), "--num-warps", "2"), "symlink")
+    assert snapshot(fork) == before
+    assert list(outside.iterdir()) == []

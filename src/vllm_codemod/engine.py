@@ -47,6 +47,7 @@ from .record import find_record, rewrite_record
 from .transaction import (
     Recovery,
     bytecode_for,
+    check_state_dir,
     commit,
     discard_uncommitted,
     remove_step,
@@ -583,6 +584,7 @@ def apply(plan: Plan) -> ApplyResult:
                 f"{current}: changed after it was planned (another program wrote it); run "
                 "again; nothing was changed"
             )
+    check_state_dir(state)
     _probe(plan, state)
     manifest = deep_copy(plan.manifest_after)
     manifest["patched_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat(
@@ -607,7 +609,7 @@ def apply(plan: Plan) -> ApplyResult:
                 change.path, source, sha256_bytes(change.new), 0o644 if change.added else None
             )
             (record_step if change.path == plan.record else steps).append(step)
-        commit(state, "apply", steps + record_step, manifest)
+        journal = commit(state, "apply", steps + record_step, manifest)
     except EnvironmentProblem as exc:
         discard_uncommitted(state)
         raise EnvironmentProblem(
@@ -616,7 +618,7 @@ def apply(plan: Plan) -> ApplyResult:
             hint="nothing in the tree was changed; free space or fix permissions and run again",
         ) from None
     try:
-        replay(state, {"op": "apply", "steps": steps + record_step, "manifest": manifest})
+        replay(state, journal)
     except EnvironmentProblem as exc:
         raise EnvironmentProblem(
             exc.path,
@@ -669,6 +671,7 @@ def revert(tree: VllmTree, discard_local_changes: bool = False) -> RevertResult:
         raise ManifestError(
             f"{state.journal_path}: an earlier run was interrupted; finish it first"
         )
+    check_state_dir(state)
     manifest = state.load_manifest()
     writable_probe(state.path)
     steps: List[Dict[str, Any]] = []

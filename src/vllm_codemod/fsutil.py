@@ -44,10 +44,6 @@ def temp_path_for(target: Path) -> Path:
     return target.parent / f".{target.name}{TEMP_MARK}{os.getpid()}.tmp"
 
 
-def is_our_temp_file(name: str) -> bool:
-    return _TEMP_RE.match(name) is not None
-
-
 def _owner_of(path: Path) -> Tuple[int, int]:
     st = os.stat(path)
     return st.st_uid, st.st_gid

@@ -15,7 +15,7 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, List
 
 from . import __version__
 from .discovery import VllmTree
@@ -27,9 +27,6 @@ READABLE_FORMATS = (1, 2)
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _DIST_INFO_RECORD = re.compile(r"^vllm-[^/]+\.dist-info/RECORD$", re.IGNORECASE)
-
-#: option keys a manifest may record (``tuning`` is reserved for the tune command)
-OPTION_KEYS = ("only", "skip", "tuning")
 
 
 def empty_manifest() -> Dict[str, Any]:
@@ -206,17 +203,3 @@ class StateDir:
         for rel in sorted(list(manifest["files"]) + list(manifest["bytecode"])):
             files.append(self.tree.rel(self.originals(rel)))
         return files
-
-
-def referenced_originals(manifest: Dict[str, Any]) -> Iterable[str]:
-    return list(manifest["files"]) + list(manifest["bytecode"])
-
-
-def recorded_options(manifest: Dict[str, Any]) -> Dict[str, Any]:
-    return dict(manifest.get("options") or {})
-
-
-def option_value(manifest: Optional[Dict[str, Any]], name: str) -> Any:
-    if manifest is None:
-        return None
-    return (manifest.get("options") or {}).get(name)

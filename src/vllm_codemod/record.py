@@ -15,7 +15,7 @@ import csv
 import hashlib
 import io
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Dict, Iterable, List, Optional
 
 from .discovery import VllmTree
 
@@ -93,9 +93,3 @@ def _path_of(line: str) -> Optional[str]:
         return None
     rows = list(csv.reader([line.rstrip("\r\n")]))
     return rows[0][0] if rows and rows[0] else None
-
-
-def parse(data: bytes) -> List[Tuple[str, str, str]]:
-    """Rows of a RECORD as (path, hash, size) strings."""
-    rows = csv.reader(io.StringIO(data.decode("utf-8"), newline=""))
-    return [(r[0], r[1] if len(r) > 1 else "", r[2] if len(r) > 2 else "") for r in rows if r]

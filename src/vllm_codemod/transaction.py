@@ -46,6 +46,7 @@ __all__ = [
     "StateDir",
     "Recovery",
     "bytecode_for",
+    "check_state_dir",
     "commit",
     "discard_uncommitted",
     "recover",
@@ -135,6 +136,16 @@ def discard_uncommitted(state: StateDir) -> None:
     else:
         shutil.rmtree(state.path / "staged", ignore_errors=True)
     sweep_temp_files(_state_dirs(state))
+
+
+def check_state_dir(state: StateDir) -> None:
+    """Refuse a state directory whose parts are symlinks: writes there would leave the tree."""
+    for path in (state.path, state.path / "staged", state.path / "originals"):
+        if path.is_symlink():
+            raise ManifestError(
+                f"{path}: is a symlink; the tool's state directory must be a plain directory; "
+                "reinstall vllm and delete the .vllm-codemod directory"
+            )
 
 
 def _state_target(state: StateDir, rel: str, where: str) -> Path:
@@ -249,6 +260,7 @@ def recover(tree: VllmTree, extra_dirs: Iterable[Path] = (), finish: bool = True
     ``finish=False`` a committed run is left alone (read-only callers refuse instead).
     """
     state = StateDir(tree)
+    check_state_dir(state)
     result = Recovery()
     dirs: Set[Path] = set(extra_dirs)
     if state.has_journal():
