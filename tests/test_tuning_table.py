@@ -199,3 +199,35 @@ def test_kernel_side_is_light_and_python38():
         "assert not heavy, heavy\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_summary_rows_and_rejected_counts():
+    entry = _document()["devices"][0]
+    entry["decode"][0]["points"][0]["candidates"] = [
+        {"backend": "v2", "config": None, "status": "ok"},
+        {"backend": "v2", "config": [128, 2, 1], "status": "failed", "reason": "shared memory"},
+        {"backend": "v2", "config": [32, 2, 1], "status": "wrong", "reason": "error 0.3"},
+    ]
+    entry["prefill"] = [
+        {"kernel": "alibi", "num_heads": 40, "num_kv_heads": 40, "head_size": 128,
+         "dtype": "bfloat16", "num_seqs": 8, "context_len": 1024, "query_len": 512,
+         "default_warps": 4, "default_us": 1812.0, "winner_warps": 8, "winner_us": 1068.0,
+         "candidates": [{"num_warps": 2, "status": "failed", "reason": "out of resources"}]},
+    ]  # fmt: skip
+    rows = table.summary_rows(entry)  # in file order (tune writes lengths ascending)
+    assert rows[1] == {
+        "shape": "32/8/128 bfloat16",
+        "point": "1 x 1024 (graph)",
+        "default": "10.0us",
+        "tuned": "5.0us v2 64,4,1,True,1,0,True",
+        "speedup": "2.00x",
+    }
+    assert rows[0]["tuned"] == "9.0us v2 default" and rows[0]["speedup"] == "1.11x"
+    assert rows[-1] == {
+        "shape": "40/40/128 bfloat16 prefill-alibi",
+        "point": "8 x (1024+512)",
+        "default": "1812.0us w4",
+        "tuned": "1068.0us w8",
+        "speedup": "1.70x",
+    }
+    assert table.rejected(entry) == {"wrong": 1, "failed": 2}
