@@ -144,16 +144,22 @@ def test_refusals(fork, tmp_path):
     table = tuning_file(tmp_path / "t.json")
     missing = run("apply", "--site-packages", str(fork), "--tuning", str(tmp_path / "nope.json"))
     assert missing.exit_code == 2 and "no such file" in missing.output
-    skipped = run(
-        "apply",
-        "--site-packages",
-        str(fork),
-        "--tuning",
-        str(table),
-        "--skip",
-        "paged-attention-v2",
-    )
-    assert skipped.exit_code == 2 and "needs paged-attention-v2" in skipped.output
+    warps_only = run(
+        "apply", "--site-packages", str(fork), "--tuning", str(table),
+        "--only", "prefix-prefill-warps",
+    )  # fmt: skip
+    assert warps_only.exit_code == 0, warps_only.output  # prefix-prefill-warps takes the warps
+    assert warps_line(fork).startswith("NUM_WARPS = 2")
+    assert not (fork / KERNELS).exists()
+    # the kernels come later without the table (it was never shipped): still consistent
+    every = ["--only", "paged-attention-v2", "--only", "v2-dispatch"]
+    assert run("apply", "--site-packages", str(fork), *every).exit_code == 0
+    assert not (fork / KERNELS / "tuning.json").exists()
+    assert run("check", "--site-packages", str(fork)).exit_code == 0
+    nothing = run(
+        "apply", "--site-packages", str(fork), "--tuning", str(table), "--only", "v2-dispatch"
+    )  # fmt: skip
+    assert nothing.exit_code == 2 and "nothing selected can use the table" in nothing.output
     both = run("apply", "--site-packages", str(fork), "--tuning", str(table), "--no-tuning")
     assert both.exit_code == 2 and "contradict" in both.output
 
@@ -190,3 +196,23 @@ def test_tune_then_apply_then_verify_on_cpu(fork, tmp_path):
     assert (fork / KERNELS / "tuning.json").read_bytes() == out.read_bytes()
     verified = run("verify", "--site-packages", str(fork), "--device", "cpu")
     assert verified.exit_code == 0, verified.output
+
+
+def test_upstream_tree_records_the_table_without_shipping_it(tmp_path):
+    site = copy_fixture("upstream/vllm-0.8.3", tmp_path)
+    pristine = snapshot(site)
+    table = tuning_file(tmp_path / "t.json", warps=2)
+    result = run(
+        "apply", "--site-packages", str(site), "--only", "prefix-prefill-warps",
+        "--tuning", str(table),
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert warps_line(site).startswith("NUM_WARPS = 2")
+    assert not (site / KERNELS).exists()  # upstream has a real V2: no kernels, no table
+    recorded = manifest(site)["options"]["tuning"]
+    assert recorded["shipped"] is False and recorded["num_warps"] == 2
+    # later runs keep it without looking for a table in the tree
+    assert run("check", "--site-packages", str(site)).exit_code == 0
+    assert "nothing to do" in run("apply", "--site-packages", str(site)).output
+    assert run("revert", "--site-packages", str(site)).exit_code == 0
+    assert snapshot(site) == pristine

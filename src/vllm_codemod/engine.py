@@ -290,14 +290,20 @@ def plan(
         rel: (entry["sha256"], entry["transform"]) for rel, entry in manifest["added"].items()
     }
     transform_values = dict(values)
-    if baked is not None:
+    if baked is not None and baked.data is not None:
         transform_values[bake.TABLE_OPTION] = baked.data
     change_set = build_change_set(
         tree, version, chosen, transform_values, previously_added, registry=registry, explicit=only
     )
     after_options: Dict[str, Any] = dict(values)
     after_options.update(
-        {"only": list(only), "skip": list(skip), "tuning": baked.record() if baked else None}
+        {
+            "only": list(only),
+            "skip": list(skip),
+            "tuning": (
+                baked.record(baked.data is not None and _ships_table(change_set)) if baked else None
+            ),
+        }
     )
     return _bookkeeping(
         change_set,
@@ -314,12 +320,25 @@ def _tuning(
 ) -> Optional[bake.BakedTuning]:
     """The tuning table this plan ships (``apply --tuning``), validated; see tuning/bake.py."""
     baked = bake.choose(tree.root, options.tuning, options.drop_tuning, recorded.get("tuning"))
-    if options.tuning is not None and not any(t.name == bake.SHIPPED_BY for t in chosen):
+    names = {t.name for t in chosen}
+    usable = bake.SHIPPED_BY in names or (
+        baked is not None and baked.num_warps is not None and bake.WARPS_BY in names
+    )
+    if options.tuning is not None and not usable:
         raise UserError(
-            f"--tuning ships the table with the bundled kernels; it needs {bake.SHIPPED_BY} "
-            "(drop it from --skip / add it to --only)"
+            f"--tuning: nothing selected can use the table ({bake.SHIPPED_BY} ships it with "
+            f"the kernels, {bake.WARPS_BY} takes its warps); drop them from --skip / add "
+            "them to --only"
         )
     return baked
+
+
+def _ships_table(change_set: ChangeSet) -> bool:
+    """Whether the transform that carries the tuning table applies to this tree."""
+    return any(
+        r.transform.name == bake.SHIPPED_BY and r.status.value in ("pending", "applied")
+        for r in change_set.results
+    )
 
 
 def _tuning_change(

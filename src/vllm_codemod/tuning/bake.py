@@ -22,6 +22,8 @@ from ..transforms.paged_attention_v2 import KERNEL_DIR, TUNING_FILE, TUNING_TABL
 
 #: the transform that ships the table (beside its kernels)
 SHIPPED_BY = "paged-attention-v2"
+#: the transform that takes the table's prefix-prefill warps
+WARPS_BY = "prefix-prefill-warps"
 #: the option through which the planner hands the table's bytes to that transform (never
 #: persisted: the manifest records the hash), and the table's name in the kernel package
 TABLE_OPTION = TUNING_TABLE_OPTION
@@ -29,22 +31,32 @@ TABLE_OPTION = TUNING_TABLE_OPTION
 
 @dataclass
 class BakedTuning:
-    data: bytes
+    """The table a plan ships.  ``data`` is None when the table is remembered but not in
+    the tree: paged-attention-v2 did not apply there (an upstream tree with a real V2),
+    so only its prefix-prefill warps took effect."""
+
+    data: Optional[bytes]
     source: str
     devices: List[str]
     num_warps: Optional[int]
+    digest: str = ""
+
+    def __post_init__(self) -> None:
+        if self.data is not None:
+            self.digest = sha256_bytes(self.data)
 
     @property
     def sha256(self) -> str:
-        return sha256_bytes(self.data)
+        return self.digest
 
-    def record(self) -> Dict[str, Any]:
+    def record(self, shipped: bool) -> Dict[str, Any]:
         """What the manifest keeps under ``options.tuning``."""
         return {
             "sha256": self.sha256,
             "source": self.source,
             "devices": list(self.devices),
             "num_warps": self.num_warps,
+            "shipped": shipped,
         }
 
 
@@ -105,6 +117,11 @@ def choose(
             f"{vllm_root}/.vllm-codemod: the manifest's tuning record is malformed; pass "
             "--tuning FILE again or --no-tuning"
         )
+    if recorded.get("shipped") is False:
+        return BakedTuning(
+            None, str(recorded.get("source")), list(recorded.get("devices") or []),
+            recorded.get("num_warps"), recorded["sha256"],
+        )  # fmt: skip
     path = vllm_root / KERNEL_DIR / TUNING_FILE
     try:
         data = path.read_bytes()
