@@ -84,3 +84,39 @@ def test_python_and_site_packages_together_are_refused(venv_with_vllm, tmp_path)
     result = run("check", "--python", str(venv_with_vllm), "--vllm-root", str(tmp_path))
     assert result.exit_code == 2
     assert "pass only one" in result.output
+
+
+def test_verify_runs_under_that_interpreter_and_needs_its_torch(venv_with_vllm):
+    result = run("verify", "--python", str(venv_with_vllm), "--device", "cpu")
+    assert result.exit_code == 2, result.output
+    (line,) = result.output.splitlines()
+    # First: nothing applied yet; the kernels are not in the tree.
+    assert "run `vllm-codemod apply` first" in line
+    assert run("apply", "--python", str(venv_with_vllm)).exit_code == 0
+    try:
+        no_torch = run("verify", "--python", str(venv_with_vllm), "--device", "cpu")
+        assert no_torch.exit_code == 2, no_torch.output
+        (line,) = no_torch.output.splitlines()
+        assert f"--python {venv_with_vllm}: verify needs torch in that interpreter" in line
+    finally:
+        assert run("revert", "--python", str(venv_with_vllm)).exit_code == 0
+
+
+def test_verify_with_the_serving_interpreters_torch(tmp_path):
+    pytest.importorskip("torch")
+    import sysconfig
+
+    root = tmp_path / "serving"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
+    python = root / "bin" / "python"
+    site = _site_packages(python)
+    for entry in (FIXTURES / "bi-v100" / "corex-0.4.3").iterdir():
+        shutil.copytree(entry, site / entry.name)
+    # torch comes from the test environment, as a .pth line would bring it in.
+    (site / "zz_torch_from_tests.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    assert run("apply", "--python", str(python)).exit_code == 0
+    result = run("verify", "--python", str(python), "--device", "cpu", "--json")
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.output)
+    assert payload["ok"] is True and {r["path"] for r in payload["results"]} == {"torch"}
+    assert not list((site / "vllm" / "_codemod_kernels").rglob("*.pyc"))

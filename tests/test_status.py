@@ -110,3 +110,17 @@ def test_an_option_change_shows_old_and_new(fork):
     apply = run("apply", "--site-packages", str(fork), "--num-warps", "2")
     assert apply.exit_code == 0
     assert "option changed: --num-warps 4 -> 2" in apply.output
+
+
+def test_a_hand_edit_after_apply_is_drift_and_check_says_1(fork):
+    assert run("apply", "--site-packages", str(fork)).exit_code == 0
+    target = fork / "vllm" / "_custom_ops.py"
+    target.write_bytes(target.read_bytes() + b"# edited by hand\n")
+    check = run("check", "--site-packages", str(fork))
+    assert check.exit_code == 1, check.output  # every transform still looks applied
+    assert "differs from the manifest: vllm/_custom_ops.py: changed since" in check.output
+    payload = json.loads(run("status", "--site-packages", str(fork), "--json").output)
+    assert payload["drift"] == [{"path": "vllm/_custom_ops.py", "state": "edited"}]
+    assert run("revert", "--site-packages", str(fork), "--force").exit_code == 0
+    assert run("apply", "--site-packages", str(fork)).exit_code == 0
+    assert run("check", "--site-packages", str(fork)).exit_code == 0

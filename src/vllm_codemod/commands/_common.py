@@ -40,7 +40,7 @@ def tree_options(func: Callable[..., Any]) -> Callable[..., Any]:
         "--python",
         "python",
         type=click.Path(path_type=Path, dir_okay=False),
-        help="Patch the vllm that this interpreter imports (its site directories, found "
+        help="Work on the vllm that this interpreter imports (its site directories, found "
         "without importing vllm), e.g. /opt/venv/bin/python.",
     )(func)
     func = click.option(

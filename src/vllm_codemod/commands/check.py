@@ -6,6 +6,7 @@ from typing import Any
 
 import click
 
+from ..drift import manifest_drift
 from ..report import Report
 from ._common import (
     describe_tree,
@@ -39,7 +40,8 @@ def transform_rows(report: Report, rows: Any, detail_only: bool = False) -> None
 
 @click.command(
     epilog="""\b
-Exit status: 0 all applied or not applicable, 1 something pending, 2 error or conflict.
+Exit status: 0 all applied or not applicable, 1 something pending or a file differs
+from what the manifest says vllm-codemod wrote, 2 error or conflict.
 Without options, compares against the options the last apply used; -v adds them, when
 and by which version the tree was patched, and whether pip's RECORD knows our files
 (`vllm-codemod status` shows all that plus whether the patched code is reached).
@@ -70,8 +72,9 @@ def check(
     plan = status.plan
     rows = [t.to_dict() for t in plan.transforms]
     statuses = {row["status"] for row in rows}
+    drift = manifest_drift(tree, plan.manifest_before)
     report = Report("check")
-    report.exit_code = 2 if "conflict" in statuses else 1 if plan.pending else 0
+    report.exit_code = 2 if "conflict" in statuses else 1 if plan.pending or drift else 0
     report.data.update(tree_data(tree, plan.version))
     report.data.update(
         {
@@ -84,12 +87,15 @@ def check(
             "patched_tool_version": status.tool_version,
             "patched_at": status.patched_at,
             "record": status.record,
+            "drift": [d.to_dict() for d in drift],
         }
     )
     report.say(describe_tree(tree, plan.version))
     transform_rows(report, rows)
     for change in plan.option_changes:
         report.say(f"  option differs from the recorded one: {change}")
+    for item in drift:
+        report.say(f"  differs from the manifest: {item.describe()}")
     if status.patched:
         report.detail(
             f"  patched {status.patched_at or 'at an unknown time'} by vllm-codemod "

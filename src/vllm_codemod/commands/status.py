@@ -65,6 +65,7 @@ def status(site_packages: Any, vllm_root: Any, python: Any, force: bool) -> Repo
     from vllm_codemod.transforms.fork_markers import find_fork_markers
 
     from .. import engine
+    from ..drift import manifest_drift
 
     tree = open_tree(site_packages, vllm_root, python)
     with locked(tree):
@@ -74,6 +75,7 @@ def status(site_packages: Any, vllm_root: Any, python: Any, force: bool) -> Repo
     rows = [t.to_dict() for t in plan.transforms]
     markers = list(find_fork_markers(tree.root, plan.version))
     callers, scan = _scan(tree)
+    drift = manifest_drift(tree, plan.manifest_before)
     report = Report("status")
     report.data.update(
         {
@@ -89,6 +91,7 @@ def status(site_packages: Any, vllm_root: Any, python: Any, force: bool) -> Repo
             "patched_at": state.patched_at,
             "recorded_options": dict(state.recorded_options),
             "record": state.record,
+            "drift": [d.to_dict() for d in drift],
             "callers": callers,
             "live": bool(callers),
             "scan": {
@@ -123,6 +126,8 @@ def status(site_packages: Any, vllm_root: Any, python: Any, force: bool) -> Repo
             f"{_key('RECORD')} none: `pip uninstall vllm` cannot know the "
             "files vllm-codemod adds (run `vllm-codemod revert` before uninstalling)"
         )
+    for item in drift:
+        report.say(f"{_key('drift')} {item.describe()}")
     report.say(click.style("transforms", bold=True))
     transform_rows(report, rows)
     if callers:

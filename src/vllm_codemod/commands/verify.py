@@ -92,6 +92,35 @@ def _run_selfcheck(
     return selfcheck.run_selfcheck(**kw)
 
 
+def _selfcheck_here(
+    root: Path, device: str, quick: bool, seed: int, progress: Optional[ProgressLine]
+) -> Any:
+    previous = sys.dont_write_bytecode
+    sys.dont_write_bytecode = True  # leave no bytecode behind in the user's tree
+    try:
+        selfcheck = load_tree_kernels(root)
+        require_device(device)
+        return _run_selfcheck(
+            selfcheck, progress, device=None if device == "auto" else device, quick=quick, seed=seed
+        )
+    finally:
+        sys.dont_write_bytecode = previous
+
+
+def _selfcheck_under(
+    python: Path, root: Path, device: str, quick: bool, seed: int, progress: Optional[ProgressLine]
+) -> Any:
+    """--python: the serving interpreter's torch and Triton are the ones to check."""
+    from ..verify_elsewhere import run_selfcheck_in
+
+    package = root / KERNEL_DIR
+    if not (package / "__init__.py").is_file():
+        raise CodemodError(
+            f"{package}: no bundled kernels in this tree; run `vllm-codemod apply` first"
+        )
+    return run_selfcheck_in(python, package, device, quick, seed, progress)
+
+
 @click.command(
     epilog="""\b
 Exit status: 0 every shape within tolerance, 2 a shape out of tolerance or failing
@@ -100,6 +129,7 @@ GPU for --device cuda, or no kernels in the tree.
 Examples:
   vllm-codemod verify                       # the current interpreter's vllm, best device
   vllm-codemod verify --device cpu --json
+  vllm-codemod verify --python /opt/venv/bin/python   # with that interpreter's torch
 """
 )
 @tree_options
@@ -118,21 +148,13 @@ def verify(
 ) -> Report:
     """Run the kernels installed in the patched tree against a float64 reference."""
     tree = open_tree(site_packages, vllm_root, python)
-    previous = sys.dont_write_bytecode
-    sys.dont_write_bytecode = True  # leave no bytecode behind in the user's tree
     progress = ProgressLine() if current_output().interactive else None
     try:
-        selfcheck = load_tree_kernels(tree.root)
-        require_device(device)
-        results = _run_selfcheck(
-            selfcheck,
-            progress,
-            device=None if device == "auto" else device,
-            quick=not full,
-            seed=seed,
-        )
+        if python is not None:
+            results = _selfcheck_under(python, tree.root, device, not full, seed, progress)
+        else:
+            results = _selfcheck_here(tree.root, device, not full, seed, progress)
     finally:
-        sys.dont_write_bytecode = previous
         if progress is not None:
             progress.close()
     failed = [r for r in results if not r["ok"]]

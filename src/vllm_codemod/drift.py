@@ -1,0 +1,56 @@
+"""Files whose bytes no longer match what the manifest says vllm-codemod left there.
+
+``check`` answers "would apply change anything?"; a file edited by hand after it was
+patched can still look applied to every transform, yet the tree is no longer what the
+tool wrote and what ``revert`` expects.  That difference is what exit status 1 also
+means for ``check`` (see README, "Exit codes"), so it is computed here from the
+manifest alone: hashes, no parsing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping
+
+from .discovery import VllmTree
+from .fsutil import sha256_file
+
+
+@dataclass(frozen=True)
+class Drift:
+    path: str  # relative to the tree's base, as in the manifest
+    state: str  # "edited", "original", "missing"
+
+    def describe(self) -> str:
+        if self.state == "missing":
+            return f"{self.path}: missing, though vllm-codemod wrote it"
+        if self.state == "original":
+            return f"{self.path}: back to its original bytes (reinstalled?); apply patches it again"
+        return (
+            f"{self.path}: changed since vllm-codemod wrote it; `vllm-codemod revert --force` "
+            "discards that change and restores the original"
+        )
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"path": self.path, "state": self.state}
+
+
+def manifest_drift(tree: VllmTree, manifest: Mapping[str, Any]) -> List[Drift]:
+    """Every file the manifest records whose current bytes are not the ones we wrote."""
+    found: List[Drift] = []
+    for rel, entry in sorted((manifest.get("files") or {}).items()):
+        current = sha256_file(tree.path(rel))
+        if current == entry.get("patched_sha256"):
+            continue
+        if current is None:
+            found.append(Drift(rel, "missing"))
+        elif current == entry.get("original_sha256"):
+            found.append(Drift(rel, "original"))
+        else:
+            found.append(Drift(rel, "edited"))
+    for rel, entry in sorted((manifest.get("added") or {}).items()):
+        current = sha256_file(tree.path(rel))
+        if current == entry.get("sha256"):
+            continue
+        found.append(Drift(rel, "missing" if current is None else "edited"))
+    return found
