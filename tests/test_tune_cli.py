@@ -69,6 +69,10 @@ def test_tune_json_report(patched, tmp_path):
     result = run("tune", "--site-packages", str(patched), *TINY, "--output", str(out), "--json")
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
+    jsonschema = pytest.importorskip("jsonschema")
+    from vllm_codemod.report import load_schema
+
+    jsonschema.validate(report, load_schema())  # the cmd_tune definition
     assert report["command"] == "tune" and report["exit_code"] == 0
     assert report["output"] == str(out)
     assert len(report["summary"]) == 2
