@@ -48,6 +48,10 @@ KERNEL_DIR = "_codemod_kernels"
 KERNEL_MODULE = f"vllm.{KERNEL_DIR}"
 KERNEL_ENTRY = "paged_attention_v2"
 KERNEL_ALIAS = "_codemod_paged_attention_v2"
+#: ``apply --tuning``: the planner passes the tuning table's bytes under this option name,
+#: and the table is shipped as ``TUNING_FILE`` in the kernel package
+TUNING_TABLE_OPTION = "tuning_table"
+TUNING_FILE = "tuning.json"
 
 FUNCTION = "paged_attention_v2"
 
@@ -338,6 +342,9 @@ class PagedAttentionV2(Transform):
 
         kernel = kernel_signature()
         files = bundled_kernel_files()
+        table = context.options.get(TUNING_TABLE_OPTION)
+        if files and table is not None:  # `apply --tuning`: the table ships with the kernels
+            files[f"{KERNEL_DIR}/{TUNING_FILE}"] = table
         if kernel is None or not files:
             return Plan(
                 Status.CONFLICT,

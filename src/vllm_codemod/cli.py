@@ -39,6 +39,11 @@ COMMANDS: Dict[str, Tuple[str, str, str]] = {
         "Run the kernels installed in the patched tree vs. a reference.",
     ),
     "tune-config": ("tune_config", "tune_config", "Retune a vLLM run config (YAML) in place."),
+    "tune": (
+        "tune",
+        "tune",
+        "Measure the tree's kernels on this accelerator; write a tuning file.",
+    ),
 }
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import datetime
 import os
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -57,6 +57,7 @@ from .transaction import (
     writable_probe,
     write_step,
 )
+from .tuning import bake
 from .versions import gate_version, read_version
 
 LOCK_TIMEOUT_ENV = "VLLM_CODEMOD_LOCK_TIMEOUT"
@@ -83,6 +84,10 @@ class PlanOptions:
     values: Dict[str, Any] = field(default_factory=dict)
     #: plan a tree whose vLLM version is unknown or outside the known range
     accept_unknown_version: bool = False
+    #: ``apply --tuning FILE``: a tuning table to ship (None: keep the recorded one)
+    tuning: Optional[Path] = None
+    #: ``--no-tuning``: drop the recorded tuning table
+    drop_tuning: bool = False
 
 
 @dataclass
@@ -275,15 +280,31 @@ def plan(
     manifest = state.load_manifest()
     recorded = dict(manifest.get("options") or {})
     chosen, only, skip = _resolve_selection(options, recorded, registry)
+    baked = _tuning(tree, options, recorded, chosen)
+    if baked is not None and options.tuning is not None and baked.num_warps is not None:
+        if options.values.get("num_warps") is None:  # an explicit --num-warps wins
+            options = replace(options, values={**options.values, "num_warps": baked.num_warps})
     values, option_changes = _resolve_values(options, recorded, registry)
+    option_changes += _tuning_change(recorded, baked)
     previously_added = {
         rel: (entry["sha256"], entry["transform"]) for rel, entry in manifest["added"].items()
     }
+    transform_values = dict(values)
+    if baked is not None and baked.data is not None:
+        transform_values[bake.TABLE_OPTION] = baked.data
     change_set = build_change_set(
-        tree, version, chosen, values, previously_added, registry=registry, explicit=only
+        tree, version, chosen, transform_values, previously_added, registry=registry, explicit=only
     )
     after_options: Dict[str, Any] = dict(values)
-    after_options.update({"only": list(only), "skip": list(skip), "tuning": recorded.get("tuning")})
+    after_options.update(
+        {
+            "only": list(only),
+            "skip": list(skip),
+            "tuning": (
+                baked.record(baked.data is not None and _ships_table(change_set)) if baked else None
+            ),
+        }
+    )
     return _bookkeeping(
         change_set,
         version_source,
@@ -292,6 +313,48 @@ def plan(
         option_changes,
         [t.name for t in registry if t not in chosen],
     )
+
+
+def _tuning(
+    tree: VllmTree, options: PlanOptions, recorded: Dict[str, Any], chosen: Sequence[Any]
+) -> Optional[bake.BakedTuning]:
+    """The tuning table this plan ships (``apply --tuning``), validated; see tuning/bake.py."""
+    baked = bake.choose(tree.root, options.tuning, options.drop_tuning, recorded.get("tuning"))
+    names = {t.name for t in chosen}
+    usable = bake.SHIPPED_BY in names or (
+        baked is not None and baked.num_warps is not None and bake.WARPS_BY in names
+    )
+    if options.tuning is not None and not usable:
+        raise UserError(
+            f"--tuning: nothing selected can use the table ({bake.SHIPPED_BY} ships it with "
+            f"the kernels, {bake.WARPS_BY} takes its warps); drop them from --skip / add "
+            "them to --only"
+        )
+    return baked
+
+
+def _ships_table(change_set: ChangeSet) -> bool:
+    """Whether the transform that carries the tuning table applies to this tree."""
+    return any(
+        r.transform.name == bake.SHIPPED_BY and r.status.value in ("pending", "applied")
+        for r in change_set.results
+    )
+
+
+def _tuning_change(
+    recorded: Dict[str, Any], baked: Optional[bake.BakedTuning]
+) -> List[OptionChange]:
+    """``--tuning`` as an option change, like "--num-warps 4 -> 2" (a first apply: none)."""
+    if "tuning" not in recorded:
+        return []
+    before = recorded["tuning"]
+    old = before.get("sha256") if isinstance(before, dict) else None
+    new = baked.sha256 if baked is not None else None
+    if old == new:
+        return []
+    describe_old = f"{before.get('source')} ({old[:12]})" if old else "none"
+    describe_new = f"{baked.source} ({new[:12]})" if baked is not None and new else "none"
+    return [OptionChange("tuning", "--tuning", describe_old, describe_new)]
 
 
 def _is_new_baseline(entry: Optional[Dict[str, Any]], current: Optional[bytes]) -> bool:

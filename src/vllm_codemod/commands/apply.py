@@ -18,6 +18,7 @@ from ._common import (
     tree_options,
 )
 from ._output import reporting
+from ._tuning_option import tuning_options, with_tuning
 
 _OUTCOME_COLOURS = {"applied": "green", "already applied": "cyan", "skipped": "yellow"}
 
@@ -36,11 +37,13 @@ Examples:
   vllm-codemod apply --site-packages /usr/local/lib/python3.10/site-packages
   vllm-codemod apply --python /opt/venv/bin/python --num-warps 8
   vllm-codemod apply --only prefix-prefill-warps --num-warps 4
+  vllm-codemod apply --tuning vllm-codemod-tuning-NVIDIA-H200.json
   RUN vllm-codemod apply && vllm-codemod check     # as a Dockerfile step
 """
 )
 @tree_options
 @selection_options
+@tuning_options
 @reporting("apply")
 def apply(
     site_packages: Any,
@@ -49,6 +52,8 @@ def apply(
     only: Any,
     skip: Any,
     force: bool,
+    tuning: Any,
+    drop_tuning: bool,
     **transform_options: Any,
 ) -> Report:
     """Patch the vLLM tree: every pending transform, all or nothing.
@@ -59,7 +64,7 @@ def apply(
     from .. import engine
 
     tree = open_tree(site_packages, vllm_root, python)
-    options = plan_options(only, skip, force, transform_options)
+    options = with_tuning(plan_options(only, skip, force, transform_options), tuning, drop_tuning)
     report = Report("apply")
     with locked(tree):
         note_recovery(report, engine.recover(tree))

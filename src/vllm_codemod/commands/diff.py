@@ -16,6 +16,7 @@ from ._common import (
     tree_options,
 )
 from ._output import reporting
+from ._tuning_option import tuning_options, with_tuning
 
 
 def _text(data: Optional[bytes]) -> Optional[str]:
@@ -83,6 +84,7 @@ Examples:
 )
 @tree_options
 @selection_options
+@tuning_options
 @reporting("diff")
 def diff(
     site_packages: Any,
@@ -91,6 +93,8 @@ def diff(
     only: Any,
     skip: Any,
     force: bool,
+    tuning: Any,
+    drop_tuning: bool,
     **transform_options: Any,
 ) -> Report:
     """Show what apply would change as a unified diff; write nothing."""
@@ -98,7 +102,8 @@ def diff(
 
     tree = open_tree(site_packages, vllm_root, python)
     with locked(tree):
-        plan = engine.plan(tree, plan_options(only, skip, force, transform_options))
+        options = plan_options(only, skip, force, transform_options)
+        plan = engine.plan(tree, with_tuning(options, tuning, drop_tuning))
     if plan.conflicts:
         raise engine.conflict_error(plan)
     report = Report("diff")

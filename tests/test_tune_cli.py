@@ -1,0 +1,138 @@
+"""`vllm-codemod tune` end to end on CPU, on a patched copy of the corex-0.8.3 fork tree."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from treeutil import copy_fixture, snapshot
+from vllm_codemod.cli import cli
+from vllm_codemod.kernels import tuning_table
+
+pytest.importorskip("torch")
+
+CONFIGS = Path(__file__).resolve().parent / "model_configs"
+
+
+def run(*args: str):
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+@pytest.fixture(scope="module")
+def patched(tmp_path_factory):
+    """One patched tree for the module: tune never writes into it (the first test checks)."""
+    site = copy_fixture("bi-v100/corex-0.8.3", tmp_path_factory.mktemp("tree"))
+    assert run("apply", "--site-packages", str(site)).exit_code == 0
+    return site
+
+
+TINY = ("--device", "cpu", "--shape", "4/2/64", "--shape", "4/4/64:alibi",
+        "--max-model-len", "512", "--max-num-seqs", "1")  # fmt: skip
+
+
+def test_tune_on_cpu_writes_a_valid_file_and_leaves_the_tree_alone(patched, tmp_path):
+    before = snapshot(patched)
+    out = tmp_path / "tuning.json"
+    result = run("tune", "--site-packages", str(patched), *TINY, "--max-model-len", "1024",
+                 "--output", str(out))  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert snapshot(patched) == before  # no bytecode, nothing written into the tree
+    assert "vllm" not in sys.modules  # the tree's package was unloaded again
+    assert "4/2/64 bfloat16" in result.output and "1 x 1024 (eager)" in result.output
+    assert f"wrote {out}" in result.output
+    # the fork tree cannot import vllm here: V1 and prefix prefill are skipped with a reason
+    assert "skipped: v1 (the tree's paged_attention_v1): skipped: `import vllm`" in result.output
+    assert "prefix prefill: the tree's Triton kernels need a CUDA device" in result.output
+
+    doc = json.loads(out.read_text())
+    entry = doc["devices"][0]
+    assert entry["device"] == {"name": "cpu", "capability": None}
+    assert entry["tree"] == {"vllm_version": "0.8.3+corex.4.2.0"}
+    assert set(entry["versions"]) == {"torch", "triton", "python", "tool"}
+    assert [(e["num_heads"], e["num_kv_heads"], e["alibi"]) for e in entry["decode"]] == [
+        (4, 2, False),
+        (4, 4, True),
+    ]
+    point = entry["decode"][0]["points"][0]
+    assert point["candidates"][0]["status"] == "ok" and point["default"]["us"] > 0
+    device = tuning_table.load(out).for_device("cpu")
+    assert device.decide(1, 4, 2, 64, 700, "bfloat16") == tuning_table.Decision("v2", None)
+    assert device.decide(1, 4, 2, 64, 2000, "bfloat16") is None
+
+
+def test_tune_json_report(patched, tmp_path):
+    out = tmp_path / "t.json"
+    result = run("tune", "--site-packages", str(patched), *TINY, "--output", str(out), "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    jsonschema = pytest.importorskip("jsonschema")
+    from vllm_codemod.report import load_schema
+
+    jsonschema.validate(report, load_schema())  # the cmd_tune definition
+    assert report["command"] == "tune" and report["exit_code"] == 0
+    assert report["output"] == str(out)
+    assert len(report["summary"]) == 2
+    assert {"shape", "point", "default", "tuned", "speedup"} == set(report["summary"][0])
+
+
+def test_default_output_name_in_the_cwd(patched, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = run("tune", "--site-packages", str(patched), *TINY)
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "vllm-codemod-tuning-cpu.json").is_file()
+
+
+def test_model_config_errors_are_exit_2_and_write_nothing(patched, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    bad = tmp_path / "config.json"
+    bad.write_text('{"num_attention_heads": 32,\n "hidden_size": 4096,,}')
+    result = run("tune", "--site-packages", str(patched), "--model-config", str(bad),
+                 "--device", "cpu")  # fmt: skip
+    assert result.exit_code == 2
+    assert f"{bad}:2:22: not valid JSON" in result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json"]
+
+
+def test_bad_shape_and_unpatched_tree_are_exit_2(tmp_path):
+    site = copy_fixture("bi-v100/corex-0.8.3", tmp_path)
+    result = run("tune", "--site-packages", str(site), "--shape", "32/6/128")
+    assert result.exit_code == 2 and "not a multiple of 6 kv heads" in result.output
+    result = run("tune", "--site-packages", str(site), "--device", "cpu", "--shape", "4/2/64")
+    assert result.exit_code == 2 and "run `vllm-codemod apply` first" in result.output
+
+
+def test_cuda_without_a_gpu_is_exit_2(patched):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    result = run("tune", "--site-packages", str(patched), "--device", "cuda", "--shape", "4/2/64")
+    assert result.exit_code == 2 and "torch sees no CUDA device" in result.output
+
+
+def test_interrupt_writes_nothing(patched, tmp_path, monkeypatch):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("vllm_codemod.tuning.measure.measure_decode", interrupted)
+    out = tmp_path / "t.json"
+    result = run("tune", "--site-packages", str(patched), *TINY, "--output", str(out))
+    assert result.exit_code == 130
+    assert "interrupted; no tuning file written" in result.output
+    assert not out.exists()
+    assert "vllm" not in sys.modules
+
+
+def test_model_config_drives_the_shapes(patched, tmp_path):
+    out = tmp_path / "t.json"
+    result = run("tune", "--site-packages", str(patched), "--device", "cpu",
+                 "--model-config", str(CONFIGS / "qwen2-7b.json"), "--tensor-parallel", "4",
+                 "--max-model-len", "512", "--max-num-seqs", "1", "--output", str(out))  # fmt: skip
+    assert result.exit_code == 0, result.output
+    entry = json.loads(out.read_text())["devices"][0]
+    assert entry["deployment"]["shapes"] == ["7/1/128 bf16"]
+    assert [p["max_seq_len"] for p in entry["decode"][0]["points"]] == [512]
