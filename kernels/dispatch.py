@@ -15,6 +15,7 @@ from typing import Any, Dict, Optional, Set, Tuple
 import torch
 
 from . import call as call_mod
+from . import tuned
 from .call import DecodeCall
 from .log import log
 
@@ -120,6 +121,20 @@ def _choose(c: DecodeCall, choice: str) -> str:
     return "torch"
 
 
+def _vendor_v1(c: DecodeCall) -> bool:
+    """Run the tree's V1 kernel where the tuning table says it wins; False if it cannot."""
+    from . import vendor_v1
+
+    try:
+        vendor_v1.run(c)
+        return True
+    except vendor_v1.V1Unavailable as exc:
+        if not _triton_state.get("v1_warned"):
+            _triton_state["v1_warned"] = True
+            log.warning("vllm-codemod: the tuning table picks the vendor V1 kernel, but %s", exc)
+        return False
+
+
 def _torch_path(c: DecodeCall) -> str:
     from .torch_impl import paged_attention_v2_torch
 
@@ -128,19 +143,29 @@ def _torch_path(c: DecodeCall) -> str:
 
 
 def run(c: DecodeCall, backend: Optional[str] = None) -> str:
-    """Compute attention into ``c.out``; return the path taken ("triton", "torch", "none")."""
+    """Compute attention into ``c.out``; return the path taken ("triton", "torch",
+    "vendor-v1" where a tuning table says the tree's V1 kernel wins, or "none")."""
     call_mod.validate(c)
     if c.query.shape[0] == 0 or c.max_seq_len <= 0:
         return "none"
     choice = _requested(backend)
+    config = None
+    if choice == "auto" and c.query.is_cuda:
+        decision = tuned.decision(c)
+        if decision is not None:
+            if decision.backend == "v1" and _vendor_v1(c):
+                return "vendor-v1"
+            config = decision.config
     if _choose(c, choice) == "torch":
         return _torch_path(c)
     impl = _triton_impl()
+    if config is not None:
+        config = impl.LaunchConfig(*config)
     if choice == "triton":
         impl.run(c)
         return "triton"
     try:
-        impl.run(c)
+        impl.run(c, config)
         return "triton"
     except Exception as exc:  # compile or launch failure on this box, or a layout it skips
         # Per dtype: a bf16 cache failing to compile (no bf16 before sm_80) must not cost

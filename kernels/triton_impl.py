@@ -26,8 +26,23 @@ from typing import Any, Dict, Optional, Tuple
 import triton
 import triton.language as tl
 
+from . import launch_tables
 from .call import DecodeCall
-from .launch_tables import LaunchConfig, config_override, pick_config
+from .launch_tables import (  # noqa: F401 - the tables, also read through this module by tune
+    DEFAULT_CONFIGS,
+    FALLBACK_CONFIG,
+    K3D_CONFIGS,
+    K3D_MANY_PROGRAMS_CONFIG,
+    K3D_WIDE_GROUP_CONFIG,
+    K3D_WIDE_GROUP_MANY_CONFIG,
+    MANY_PROGRAMS_CONFIG,
+    MID_PROGRAMS_CONFIG,
+    WIDE_GROUP_CONFIG,
+    WIDE_GROUP_MANY_CONFIG,
+    LaunchConfig,
+    config_override,
+    set_config_override,
+)
 from .log import log
 from .signature import PARTITION_SIZE
 
@@ -429,7 +444,7 @@ def _next_pow2(n: int) -> int:
 MAX_GROUP_ROWS = 64
 # tl.permute / 3-D reshape arrived in Triton 3.0; older Triton keeps the 2-D K load.
 HAS_PERMUTE = hasattr(tl, "permute")
-TRITON_MAJOR = int(triton.__version__.split(".")[0])
+TRITON_MAJOR = int(getattr(triton, "__version__", "0").split(".")[0])
 # The reduce kernel loads every partition of a sequence at once (one round trip) up to
 # this many partitions (256 x 512 = 128K tokens); longer sequences loop over chunks.
 REDUCE_SINGLE_PASS_MAX = 256
@@ -450,6 +465,12 @@ def group_rows(queries_per_kv: int) -> int:
     >= 16 (``tl.dot``'s minimum) and capped at MAX_GROUP_ROWS (larger groups take several
     programs)."""
     return max(16, min(_next_pow2(queries_per_kv), MAX_GROUP_ROWS))
+
+
+def pick_config(programs: int, d_pad: int, device: Any = None, g_pad: int = 16) -> LaunchConfig:
+    """The tables' choice for this process's load path (k3d or 2-D); ``device`` unused."""
+    del device
+    return launch_tables.pick_config(programs, d_pad, g_pad, k3d_enabled())
 
 
 class UnsupportedLayout(ValueError):
@@ -602,7 +623,7 @@ def _launch(c: DecodeCall, config: Optional[LaunchConfig], k3d: bool) -> None:
         g_pad = group_rows(num_heads // c.num_kv_heads)
         n_gc = (num_heads // c.num_kv_heads + g_pad - 1) // g_pad
         programs = num_seqs * c.num_kv_heads * n_gc * c.num_partitions
-        config = pick_config(programs, max(16, _next_pow2(head_size)), g_pad, k3d)
+        config = launch_tables.pick_config(programs, max(16, _next_pow2(head_size)), g_pad, k3d)
     key = _plan_key(c, config, k3d)
     plan = _plans.get(key)
     if plan is None:

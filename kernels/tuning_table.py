@@ -15,7 +15,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 SCHEMA_VERSION = 1
 BACKENDS = ("v1", "v2")
 #: LaunchConfig fields (kernels/triton_impl.py), in order; a table config holds 3 to 7.
-CONFIG_FIELDS = ("tile", "warps", "stages", "early_v", "split", "prefetch", "k3d")
+CONFIG_FIELDS = ("tile", "warps", "stages", "early_v", "prefetch", "k3d")
 #: Triton warp counts a prefix-prefill launch accepts.
 VALID_WARPS = (1, 2, 4, 8, 16, 32)
 

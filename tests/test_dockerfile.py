@@ -340,7 +340,10 @@ def test_every_step_runs_and_each_build_arg_reaches_its_command(tmp_path):
     assert "PIP_NO_INDEX" not in pip["env"]
     # apply and check got VLLM_CODEMOD_ARGS: the tree holds the non-default values.
     cli = [sys.executable, "-m", "vllm_codemod", "check", "--site-packages", str(build.site)]
-    assert subprocess.run(cli, capture_output=True).returncode == 1  # defaults: pending
+    # check compares against the options apply recorded (8 warps, 4096): nothing pending;
+    # the defaults named explicitly are a change, so pending.
+    assert subprocess.run(cli, capture_output=True).returncode == 0
+    assert subprocess.run(cli + ["--num-warps", "4"], capture_output=True).returncode == 1
     tuned = subprocess.run([*cli, "--num-warps", "8", "--v2-threshold", "4096"])
     assert tuned.returncode == 0
     # tune-config got RUN_CONFIG and TUNE_CONFIG_ARGS.

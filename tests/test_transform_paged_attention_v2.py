@@ -438,7 +438,7 @@ def test_forwarded_call_binds_like_upstreams_signature(version, sig, monkeypatch
     import sys
     import types
 
-    from vllm_codemod.kernels.dispatch import _normalize
+    from vllm_codemod.kernels.call import bind as _normalize
 
     code = HEAD + f"def paged_attention_v2({sig}) -> None:\n    raise NotImplementedError\n" + TAIL
     new = plan(code, version).module.code

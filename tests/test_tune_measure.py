@@ -27,12 +27,11 @@ class LaunchConfig(NamedTuple):
     warps: int
     stages: int
     early_v: bool = True
-    split: int = 1
     prefetch: int = 0
     k3d: bool = False
 
 
-DEFAULT = LaunchConfig(64, 2, 1, True, 1, 0, True)
+DEFAULT = LaunchConfig(64, 2, 1, True, 0, True)
 FAST = DEFAULT._replace(warps=4)  # a neighbour: 40% faster
 WRONG = DEFAULT._replace(tile=32)  # even faster, but computes garbage
 BROKEN = DEFAULT._replace(tile=128)  # fails to compile
@@ -250,7 +249,7 @@ def test_candidates_from_the_real_tables(real_tables, shape, seqs, length):
     assert default not in candidates and len(set(candidates)) == len(candidates)
     for config in candidates:
         full = impl.LaunchConfig(*config)  # every candidate is a valid launch config
-        assert full.split == 1 and full.k3d is True
+        assert full.k3d is True
         assert full.tile in (16, 32, 64, 128) and full.warps in (1, 2, 4, 8)
     impl.set_config_override(candidates[0])
     assert tuple(impl.pick_config(programs, d_pad, None, 16)) == candidates[0]

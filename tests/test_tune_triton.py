@@ -20,7 +20,7 @@ from vllm_codemod.cli import cli
 torch = pytest.importorskip("torch")
 
 HAS_TRITON = importlib.util.find_spec("triton") is not None
-SCRIPT = Path(__file__).resolve().parent / "tune_triton_check.py"
+SCRIPT = Path(__file__).resolve().parent / "kernels" / "tune_triton_check.py"
 SNAPSHOTS = Path(__file__).resolve().parent / "snapshots"
 
 

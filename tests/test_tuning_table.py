@@ -16,7 +16,7 @@ from vllm_codemod.kernels.tuning_table import Decision
 from vllm_codemod.tuning import table
 
 KERNEL_SIDE = Path(tuning_table.__file__)
-TUNED = [64, 4, 1, True, 1, 0, True]
+TUNED = [64, 4, 1, True, 0, True]
 
 
 def _point(length, winner, eager=None):
@@ -24,7 +24,7 @@ def _point(length, winner, eager=None):
         "max_seq_len": length,
         "mode": "graph",
         "winner": winner,
-        "default": {"backend": "v2", "config": [64, 2, 1, True, 1, 0, True], "us": 10.0},
+        "default": {"backend": "v2", "config": [64, 2, 1, True, 0, True], "us": 10.0},
         "candidates": [],
     }
     if eager is not None:
@@ -130,7 +130,7 @@ def test_decide_batch_buckets_and_alibi():
         ),
         (
             lambda d: d["devices"][0]["decode"][0]["points"][1]["winner"].update(config=[64, 4]),
-            r"winner\.config: expected 3 to 7 fields",
+            r"winner\.config: expected 3 to 6 fields",
         ),
         (
             lambda d: d["devices"][0]["decode"][0]["points"][1]["winner"].update(
@@ -219,7 +219,7 @@ def test_summary_rows_and_rejected_counts():
         "shape": "32/8/128 bfloat16",
         "point": "1 x 1024 (graph)",
         "default": "10.0us",
-        "tuned": "5.0us v2 64,4,1,True,1,0,True",
+        "tuned": "5.0us v2 64,4,1,True,0,True",
         "speedup": "2.00x",
     }
     assert rows[0]["tuned"] == "9.0us v2 default" and rows[0]["speedup"] == "1.11x"

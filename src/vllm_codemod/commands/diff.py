@@ -79,7 +79,6 @@ Colour on a terminal unless NO_COLOR is set or --no-color is given.
 Examples:
   vllm-codemod diff --site-packages vendor_fixtures/bi-v100/corex-0.8.3
   vllm-codemod diff --site-packages vendor_fixtures/bi-v100/corex-0.8.3 --v2-threshold 4096 | less
-  vllm-codemod diff --site-packages vendor_fixtures/bi-v100/corex-0.8.3 --json | jq .files
 """
 )
 @tree_options

@@ -80,8 +80,6 @@ def v2_candidates(impl: Any, default: Config) -> List[Config]:
         full = tuple(impl.LaunchConfig(*config))
         if full in seen:
             continue
-        if full[4] != 1:  # split configs: off by default and GPU-specific; not searched
-            continue
         seen.add(full)
         chosen.append(full)
     return chosen[:MAX_CANDIDATES]

@@ -2,7 +2,7 @@
 
 ``tune`` times the tree's kernels (its ``_custom_ops.paged_attention_v1``, its
 prefix-prefill kernels), not copies: so ``vllm`` must be the tree's package, imported by
-its normal ``__init__`` with its normal submodule lookup.  No ``sys.path`` edit: the
+its normal ``__init__`` with its normal submodule lookup.  The import path is left alone: the
 tree's ``vllm`` is found with ``PathFinder`` in the tree's site-packages directory and
 registered as ``vllm`` for the duration of the measurement; whatever ``vllm`` modules were
 loaded before are put back afterwards.  A tree that cannot be imported here (a vendor

@@ -1,8 +1,8 @@
 """Run tune's measuring code on the real Triton kernels; used by test_tune_triton.py.
 
-``python tests/tune_triton_check.py prefill SITE`` times the tree's prefix-prefill kernels
+``python tests/kernels/tune_triton_check.py prefill SITE`` times the tree's prefix-prefill kernels
 (main and ALiBi) at two warp counts and fails unless each matched the float64 reference;
-``python tests/tune_triton_check.py decode SITE`` runs the decode tuner over the tree's
+``python tests/kernels/tune_triton_check.py decode SITE`` runs the decode tuner over the tree's
 bundled kernels and fails if any candidate disagreed with the reference.  On a CUDA device
 it uses the GPU; elsewhere the caller sets TRITON_INTERPRET=1 and CPU tensors are used.
 """
@@ -13,15 +13,12 @@ import os
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE / "kernels"))
-
 import torch  # noqa: E402
 
 CUDA = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1"
 DEVICE = "cuda" if CUDA else "cpu"
 if not CUDA:
-    from interpret_check import _patch_interpreter  # noqa: E402
+    from interpret_check import _patch_interpreter  # noqa: E402  (this script's directory)
 
     _patch_interpreter()
 
