@@ -16,17 +16,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
+import bench_paged_attention as bpa  # this directory: run as `python benchmarks/...`
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import bench_paged_attention as bpa  # noqa: E402
-
-from kernels import dispatch, triton_impl  # noqa: E402
+from vllm_codemod.kernels import dispatch, triton_impl
 
 # (num_seqs, q heads, kv heads, head size, tokens): programs = seqs * kv * ceil(tokens/512)
 SHAPES = [

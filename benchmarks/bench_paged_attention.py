@@ -24,15 +24,12 @@ import argparse
 import json
 import math
 import statistics
-import sys
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
-
-from kernels import dispatch, triton_impl  # noqa: E402
-from kernels.signature import PARTITION_SIZE  # noqa: E402
+from vllm_codemod.kernels import dispatch, triton_impl
+from vllm_codemod.kernels.signature import PARTITION_SIZE
 
 # (num_seqs, q heads, kv heads, head size, tokens)
 SHAPES = [

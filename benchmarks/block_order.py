@@ -16,17 +16,12 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 from pathlib import Path
 
+import bench_paged_attention as bpa  # this directory: run as `python benchmarks/...`
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import bench_paged_attention as bpa  # noqa: E402
-
-from kernels import dispatch  # noqa: E402
+from vllm_codemod.kernels import dispatch
 
 SHAPES = [bpa.SHAPES[0], bpa.SHAPES[4]]
 

@@ -4,11 +4,9 @@
 # shape:config pairs, config as in profile_partition.py or "default").  Logs go to $OUT.
 set -u
 export PYTHONUNBUFFERED=1
-mkdir -p /tmp/shim/vllm_codemod
-cp -r src/vllm_codemod/. /tmp/shim/vllm_codemod/
-cp -r kernels /tmp/shim/vllm_codemod/kernels
-cp -r transforms /tmp/shim/vllm_codemod/transforms
-export PYTHONPATH=/tmp/shim
+# The project itself, editable (no dependencies fetched: the device image brings torch
+# and triton), so that tests and benchmarks import vllm_codemod.kernels from this tree.
+python3 -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | tail -3
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
 if [ -n "${TESTS:-}" ]; then
   if [ "$TESTS" = all ]; then k=(); else k=(-k "$TESTS"); fi

@@ -11,17 +11,11 @@ integers (tile, warps, stages, early V, split, prefetch); omitted = the default 
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
 import torch
+from bench_paged_attention import SHAPES, make  # this directory: run as `python benchmarks/...`
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench_paged_attention import SHAPES, make  # noqa: E402
-
-from kernels import dispatch, triton_impl  # noqa: E402
+from vllm_codemod.kernels import dispatch, triton_impl
 
 
 def main() -> None:

@@ -28,14 +28,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-if "TRITON_CACHE_DIR" not in os.environ:  # compile for real, leave ~/.triton alone
-    os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="triton-aot-check-")
+# Real compiles: the kernels must be defined as JIT functions, not interpreted ones.
 os.environ.pop("TRITON_INTERPRET", None)
-
-try:  # the repo layout, when vllm_codemod is not installed
-    import vllm_codemod.kernels  # noqa: F401
-except ImportError:  # pragma: no cover
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import torch  # noqa: E402
 import triton  # noqa: E402
@@ -316,6 +310,8 @@ def main(argv=None) -> int:
     ap.add_argument("--limit", type=int, default=0, help="compile only the first N (debug)")
     ns = ap.parse_args(argv)
     ccs = [int(c) for c in ns.cc.split(",") if c]
+    if "TRITON_CACHE_DIR" not in os.environ:  # compile for real, leave ~/.triton alone
+        os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="triton-aot-check-")
 
     seen, jobs, rows = set(), [], []
     for case in cases(ns.full):

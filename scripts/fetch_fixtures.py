@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Fetch upstream vLLM wheels from PyPI and extract the vendored test fixtures.
 
-Stdlib only (Python 3.9+).  For every requested vLLM version this script
+Stdlib only (Python 3.8+).  For every requested vLLM version this script
 
 1. looks the release up on PyPI's Simple API (PEP 691 JSON form),
 2. picks the manylinux x86_64 wheel (the cp311 one where the release has

@@ -263,7 +263,7 @@ def test_check_imports_neither_torch_nor_yaml(fork):
         "from vllm_codemod.cli import cli\n"
         f"try:\n    cli(['check', '--site-packages', {str(fork)!r}])\n"
         "except SystemExit as e:\n    code = e.code\n"
-        "print(code, 'torch' in sys.modules, any(m.startswith('ruamel') for m in sys.modules))\n"
+        "print(code, 'torch' in sys.modules, any(m.startswith('ruamel.') for m in sys.modules))\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.stdout.split()[-3:] == ["1", "False", "False"], proc.stdout + proc.stderr

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import stat
 import subprocess
 import sys
@@ -13,7 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from treeutil import REPO, read_only
+from treeutil import read_only
 from vllm_codemod.cli import cli
 
 #: Comments, quoting, flow style, odd indentation, anchors, block scalars, CRLF-free.
@@ -350,17 +349,13 @@ def test_symlinked_config_keeps_its_link(tmp_path):
 
 def test_module_entry_point_in_a_subprocess(tmp_path):
     path = write(tmp_path, MESSY)
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]),
-    }
     base = [sys.executable, "-m", "vllm_codemod.cli", "tune-config", str(path)]
-    proc = subprocess.run([*base, "--diff"], capture_output=True, text=True, env=env)
+    proc = subprocess.run([*base, "--diff"], capture_output=True, text=True)
     assert proc.returncode == 1, proc.stderr
     assert path.read_text() == MESSY
-    proc = subprocess.run(base, capture_output=True, text=True, env=env)
+    proc = subprocess.run(base, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert path.read_text() == MESSY_EXPECTED
-    proc = subprocess.run([*base, "--set", "bogus=1"], capture_output=True, text=True, env=env)
+    proc = subprocess.run([*base, "--set", "bogus=1"], capture_output=True, text=True)
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "unknown key" in proc.stderr

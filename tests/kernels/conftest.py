@@ -1,4 +1,3 @@
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+"""Nothing to set up: pytest's default (prepend) import mode puts this directory on
+the import path before it imports a test module here, so tests import their helpers
+(``pa_helpers``) by plain name, and ``vllm_codemod`` comes from the editable install."""

@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 
 os.environ["TRITON_INTERPRET"] = "1"
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
-from pa_helpers import make_inputs, rel_err, tolerance  # noqa: E402
+from pa_helpers import make_inputs, rel_err, tolerance  # noqa: E402  (this script's directory)
 
 from vllm_codemod.kernels import triton_impl  # noqa: E402
 from vllm_codemod.kernels.reference import (  # noqa: E402

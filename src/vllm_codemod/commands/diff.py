@@ -52,7 +52,7 @@ def unified_diff(changes: Iterable[Any]) -> str:
 Exit status: 0 nothing would change, 1 changes pending, 2 error or conflict.
 Examples:
   vllm-codemod diff --site-packages vendor_fixtures/bi-v100/corex-0.8.3
-  vllm-codemod diff --only v2-dispatch --v2-threshold 4096 | less
+  vllm-codemod diff --site-packages vendor_fixtures/bi-v100/corex-0.8.3 --v2-threshold 4096 | less
 """
 )
 @tree_options
