@@ -37,7 +37,7 @@ python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", tr
 TESTS=${TESTS:-all}
 if [ "$TESTS" != none ]; then
   if [ "$TESTS" = all ]; then k=(); else k=(-k "$TESTS"); fi
-  step tests 240 python3 -m pytest -q -rs -p no:cacheprovider -m gpu tests/kernels/test_pa_gpu.py \
+  step tests 270 python3 -m pytest -q -rs -p no:cacheprovider -m gpu tests/kernels/test_pa_gpu.py \
     "${k[@]}"
   tail -15 "$OUT/tests.log"
 fi
@@ -46,7 +46,7 @@ fi
 step bench 150 python3 benchmarks/bench_paged_attention.py --json "$OUT/bench.json" \
   ${BENCH_ARGS:-}
 grep -v '^{' "$OUT/bench.log" | tail -40
-step host 60 python3 benchmarks/bench_paged_attention.py --host --json "$OUT/host.json"
+step host 45 python3 benchmarks/bench_paged_attention.py --host --json "$OUT/host.json"
 cat "$OUT/host.log"
 
 for prof in ${PROFILES:-}; do
