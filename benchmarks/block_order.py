@@ -21,9 +21,7 @@ from pathlib import Path
 import bench_paged_attention as bpa  # this directory: run as `python benchmarks/...`
 import torch
 
-from vllm_codemod.kernels import dispatch
-
-SHAPES = [bpa.SHAPES[0], bpa.SHAPES[4]]
+SHAPES = ["1x100K/32-8/128", "1x100K/16-2/256"]
 
 
 def read_bandwidth(nbytes=4 << 30, reps=30):
@@ -42,30 +40,36 @@ def read_bandwidth(nbytes=4 << 30, reps=30):
     return nbytes / (statistics.median(times) * 1e-3)
 
 
-def time_order(shape, sequential):
-    a = bpa.make(shape)
+def partition_kernel_us(fn, iters=10):
+    """Device time of the partition kernel per call, from the PyTorch profiler."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(iters):
+            fn()
+        torch.cuda.synchronize()
+    for evt in prof.key_averages():
+        if "partition" in evt.key:
+            total = getattr(evt, "device_time_total", None) or getattr(evt, "cuda_time_total", 0)
+            return total / iters
+    return None
+
+
+def time_order(name, sequential):
+    lens, nh, nkv, hs = bpa.SHAPES[name]
+    a, b = bpa.make(lens, nh, nkv, hs, seed=0), bpa.make(lens, nh, nkv, hs, seed=1)
     if sequential:
         seqs, per_seq = a["block_tables"].shape
-        a["block_tables"] = torch.arange(seqs * per_seq, device="cuda", dtype=torch.int32).view(
-            seqs, per_seq
-        )
-    b = bpa.make(shape, seed=1)
-    if sequential:
+        order = torch.arange(seqs * per_seq, device="cuda", dtype=torch.int32)
+        a["block_tables"] = order.view(seqs, per_seq)
         b["block_tables"] = a["block_tables"].clone()
-
-    def tri():
-        dispatch.paged_attention_v2_with_path(**a, backend="triton")
-
-    def tri_b():
-        dispatch.paged_attention_v2_with_path(**b, backend="triton")
-
-    tri()
+    fa, fb = bpa.entry(a), bpa.entry(b)
+    fa()
     torch.cuda.synchronize()
-    kernels = bpa.kernel_times(tri)
     return dict(
-        graph_us=bpa.graph_time(tri),
-        chain_us=bpa.chain_time([tri, tri_b], 20),
-        partition_kernel_us=next((v for k, v in kernels.items() if "partition" in k), None),
+        one_us=bpa.one_call_graph_us(fa),
+        chain_us=bpa.chain_us([fa, fb]),
+        partition_kernel_us=partition_kernel_us(fa),
     )
 
 
@@ -73,25 +77,25 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default=None)
     opts = ap.parse_args()
-    copy_bw, _ = bpa.copy_bandwidth()
+    copy_bw = bpa.copy_bandwidth()
     read_bw = read_bandwidth()
     print(
         f"copy bw (read+write) {copy_bw / 1e9:.0f} GB/s; read-only (sum) {read_bw / 1e9:.0f} GB/s"
     )
     rows = []
-    for shape in SHAPES:
-        seqs, nh, nkv, hs, tokens = shape
-        kv_bytes = 2 * seqs * tokens * nkv * hs * 2
+    for name in SHAPES:
+        lens, nh, nkv, hs = bpa.SHAPES[name]
+        kv_bytes = 2 * sum(lens) * nkv * hs * 2
         for sequential in (False, True):
-            r = dict(shape=list(shape), sequential=sequential, **time_order(shape, sequential))
+            r = dict(shape=name, sequential=sequential, **time_order(name, sequential))
             rows.append(r)
             pct = {
                 k: 100 * kv_bytes / (r[k] * 1e-6) / copy_bw
-                for k in ("graph_us", "chain_us", "partition_kernel_us")
+                for k in ("one_us", "chain_us", "partition_kernel_us")
                 if r[k]
             }
             print(
-                f"{str(tuple(shape)):<26} {'sequential' if sequential else 'random':<10} "
+                f"{name:<20} {'sequential' if sequential else 'random':<10} "
                 + "  ".join(f"{k} {r[k]:7.1f} ({pct[k]:4.1f}% copy)" for k in pct),
                 flush=True,
             )

@@ -1,20 +1,26 @@
 """Compile the bundled Triton kernels ahead of time, without a GPU.
 
-For every launch the launcher (``paged_attention_v2_triton``) would make for a matrix of
-head sizes, dtypes, alibi, block sizes, GQA groups and the configs ``pick_config`` hands
-out (DEFAULT_CONFIGS, MID/MANY_PROGRAMS_CONFIG, K3D_CONFIGS, K3D_WIDE_GROUP_*, SPLIT_CONFIGS), the
-launcher runs on CPU tensors with its kernels replaced by recorders; each recorded launch
-(arguments, constexprs, num_warps, num_stages) is then compiled for a CUDA compute
-capability with the installed Triton, through TTIR, TTGIR, LLVM IR, PTX and cubin (the
-ptxas bundled with Triton), exactly specialized as Triton's JIT would specialize it.
+For every launch the launcher (``triton_impl._launch``: the partition kernel, then the
+reduce kernel) would make for a matrix of head sizes, dtypes, alibi, block sizes, GQA
+groups and the configs ``launch_tables.pick_config`` hands out (DEFAULT_CONFIGS,
+MID/MANY_PROGRAMS_CONFIG, WIDE_GROUP_*, K3D_CONFIGS, K3D_MANY_PROGRAMS_CONFIG,
+K3D_WIDE_GROUP_*), the launcher runs on CPU tensors with its kernels replaced by
+recorders; each recorded launch (arguments, constexprs, num_warps, num_stages) is then
+compiled for a CUDA compute capability with the installed Triton, through TTIR, TTGIR,
+LLVM IR, PTX and cubin (the ptxas bundled with Triton), exactly specialized as Triton's
+JIT would specialize it.
+
+Each compile reports the shared memory one program needs; a table config whose kernels
+need more than ``--smem-limit`` bytes (default 49152: 48 KB, the BI-V100's per-program
+limit) fails the check, and a table gives the largest need per config and cc.
 
 Supports Triton 2.1 (``triton.compile(fn, signature=..., constants=..., configs=...)``
 stage functions) and Triton 3.x (``triton.compile(ASTSource(...), target=GPUTarget(...))``).
 
-    python3 scripts/check_triton_compile.py [--cc 80,70] [--full] [--jobs N]
+    python3 scripts/check_triton_compile.py [--cc 80,90] [--full] [--jobs N]
 
-Prints one row per unique compile (kernel, cc, constexprs, ok / first error line) and
-exits 1 when any compile fails.
+Prints one row per unique compile (kernel, cc, constexprs, shared bytes, ok / first error
+line) and exits 1 when any compile fails or needs too much shared memory.
 """
 
 from __future__ import annotations
@@ -34,13 +40,13 @@ os.environ.pop("TRITON_INTERPRET", None)
 import torch  # noqa: E402
 import triton  # noqa: E402
 
-from vllm_codemod.kernels import triton_impl  # noqa: E402
+from vllm_codemod.kernels import call as call_mod  # noqa: E402
+from vllm_codemod.kernels import launch_tables, triton_impl  # noqa: E402
 
 TRITON_MAJOR_MINOR = tuple(int(p) for p in triton.__version__.split(".")[:2])
 KERNELS = {
     "partition": triton_impl._pa_v2_partition_kernel,
     "reduce": triton_impl._pa_v2_reduce_kernel,
-    "fold_reduce": triton_impl._pa_v2_fold_reduce_kernel,
 }
 SHORT = {
     "QUERIES_PER_KV": "qpk",
@@ -52,8 +58,10 @@ SHORT = {
     "F32_SPLIT": "f32s",
     "CONTIG_HINTS": "hints",
     "EARLY_V": "eV",
-    "STORE_ALL": "all",
+    "PREFETCH": "pf",
+    "SINGLE_PASS": "1pass",
 }
+SMEM_LIMIT = 49152  # bytes per program on the BI-V100
 HEAD_SIZES = (32, 64, 80, 96, 112, 128, 192, 256)
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 BLOCK_SIZES = (8, 16, 32)
@@ -64,25 +72,24 @@ GROUPS = ((8, 2), (4, 4), (32, 1), (128, 1))
 
 def launcher_configs(d_pad: int):
     """The (name, config) pairs ``pick_config`` can return for a padded head size."""
-    out = [("default", triton_impl.DEFAULT_CONFIGS.get(d_pad, triton_impl.FALLBACK_CONFIG))]
+    lt = launch_tables
+    out = [("default", lt.DEFAULT_CONFIGS.get(d_pad, lt.FALLBACK_CONFIG))]
     if d_pad <= 128:
-        out.append(("mid", triton_impl.MID_PROGRAMS_CONFIG))
-        out.append(("many", triton_impl.MANY_PROGRAMS_CONFIG))
-        out.append(("wide", triton_impl.WIDE_GROUP_CONFIG))
-        out.append(("wide-many", triton_impl.WIDE_GROUP_MANY_CONFIG))
-    # Triton >= 3.0 tables (k3d; on older Triton the flag is dropped, prefetch stays).
-    out.append(("k3d", triton_impl.K3D_CONFIGS.get(d_pad, triton_impl.FALLBACK_CONFIG)))
+        out.append(("mid", lt.MID_PROGRAMS_CONFIG))
+        out.append(("many", lt.MANY_PROGRAMS_CONFIG))
+        out.append(("wide", lt.WIDE_GROUP_CONFIG))
+        out.append(("wide-many", lt.WIDE_GROUP_MANY_CONFIG))
+    # Triton >= 3.0 tables (k3d; on older Triton the launcher drops the flag).
+    out.append(("k3d", lt.K3D_CONFIGS.get(d_pad, lt.FALLBACK_CONFIG._replace(k3d=True))))
     if d_pad <= 128:
-        out.append(("k3d-many", triton_impl.K3D_MANY_PROGRAMS_CONFIG))
-        out.append(("k3d-wide", triton_impl.K3D_WIDE_GROUP_CONFIG))
-        out.append(("k3d-wide-many", triton_impl.K3D_WIDE_GROUP_MANY_CONFIG))
-    if d_pad in triton_impl.SPLIT_CONFIGS:
-        out.append(("split", triton_impl.SPLIT_CONFIGS[d_pad]))
+        out.append(("k3d-many", lt.K3D_MANY_PROGRAMS_CONFIG))
+        out.append(("k3d-wide", lt.K3D_WIDE_GROUP_CONFIG))
+        out.append(("k3d-wide-many", lt.K3D_WIDE_GROUP_MANY_CONFIG))
     return out
 
 
 def cases(full: bool):
-    """(head, dtype, block size, alibi, (heads, kv heads), hints, config name, config)."""
+    """(head, dtype, block size, alibi, (heads, kv heads), seq lens, config name, config)."""
     i = 0
     for hs in HEAD_SIZES:
         d_pad = max(16, 1 << (hs - 1).bit_length())
@@ -92,17 +99,23 @@ def cases(full: bool):
                     for bs in BLOCK_SIZES:
                         for alibi in (False, True):
                             for grp in GROUPS:
-                                for hints in (True, False):
-                                    yield hs, dtype, bs, alibi, grp, hints, cname, cfg
+                                yield hs, dtype, bs, alibi, grp, LENS[0], cname, cfg
                     continue
-                for alibi in (False, True):  # rotate the other axes through the matrix
-                    bs = BLOCK_SIZES[i % len(BLOCK_SIZES)]
-                    grp = GROUPS[(i // 3) % len(GROUPS)]
-                    if "wide" in cname:  # picked only for 64-row groups
-                        grp = (128, 1)
-                    hints = (i % 5) != 4
-                    i += 1
-                    yield hs, dtype, bs, alibi, grp, hints, cname, cfg
+                # One case per (head, dtype, config); the other axes rotate through the
+                # matrix (shared memory and registers follow head, dtype, rows and config).
+                bs = BLOCK_SIZES[i % len(BLOCK_SIZES)]
+                grp = GROUPS[(i // 3) % len(GROUPS)]
+                if "wide" in cname:  # picked only for 64-row groups
+                    grp = (128, 1)
+                lens = LENS[(i // 2) % len(LENS)]
+                alibi = i % 2 == 1
+                i += 1
+                yield hs, dtype, bs, alibi, grp, lens, cname, cfg
+
+
+# Sequence lengths of the recorded batches: the reduce kernel's single pass (3 partitions)
+# and its chunked loop (past REDUCE_SINGLE_PASS_MAX partitions).
+LENS = ((700, 1300), (700, (triton_impl.REDUCE_SINGLE_PASS_MAX + 1) * 512))
 
 
 class _Recorder:
@@ -118,11 +131,11 @@ class _Recorder:
 
 def record_launches(case):
     """Run the launcher on CPU tensors with recording kernels; returns its launches."""
-    hs, dtype, bs, alibi, (nh, nkv), hints, _cname, cfg = case
-    num_seqs, max_seq_len = 2, 1300
+    hs, dtype, bs, alibi, (nh, nkv), lens, _cname, cfg = case
+    num_seqs, max_seq_len = len(lens), max(lens)
     x = 16 // torch.tensor([], dtype=dtype).element_size()
     nblk = (max_seq_len + bs - 1) // bs
-    num_blocks = num_seqs * nblk + 1
+    num_blocks = 4
     parts = (max_seq_len + 511) // 512
     a = dict(
         out=torch.empty(num_seqs, nh, hs, dtype=dtype),
@@ -135,24 +148,24 @@ def record_launches(case):
         num_kv_heads=nkv,
         scale=hs**-0.5,
         block_tables=torch.zeros(num_seqs, nblk, dtype=torch.int32),
-        seq_lens=torch.tensor([700, max_seq_len], dtype=torch.int32),
+        seq_lens=torch.tensor(lens, dtype=torch.int32),
         block_size=bs,
         max_seq_len=max_seq_len,
         alibi_slopes=torch.empty(nh, dtype=torch.float32) if alibi else None,
     )
     sink = []
     saved = {n: getattr(triton_impl, "_pa_v2_" + n + "_kernel") for n in KERNELS}
+    saved_plans = triton_impl._plans
     try:
+        triton_impl._plans = {}  # plans hold the kernel they were built with
         for n in KERNELS:
             setattr(triton_impl, "_pa_v2_" + n + "_kernel", _Recorder(n, sink))
-        triton_impl.set_config_override(cfg)
-        triton_impl._use_hints = hints
-        triton_impl.paged_attention_v2_triton(**a)
+        # k3d where this Triton has tl.permute; the config's own flag decides per launch.
+        triton_impl._launch(call_mod.build((), a), cfg, triton_impl.HAS_PERMUTE)
     finally:
         for n, fn in saved.items():
             setattr(triton_impl, "_pa_v2_" + n + "_kernel", fn)
-        triton_impl.set_config_override(None)
-        triton_impl._use_hints = True
+        triton_impl._plans = saved_plans
     return sink
 
 
@@ -210,12 +223,26 @@ def compile_21(fn, args, opts, cc):
     warps, stages = opts.get("num_warps", 4), opts.get("num_stages", 3)  # the JIT's defaults
     mod = optimize_ttgir(ttir_to_ttgir(mod, warps), stages, cc)
     stage = "llir"
+    shared = _shared_21(mod)
     llir = ttgir_to_llir(mod, {}, cc)
+    if shared is None:  # Triton 2.1 sets the attribute while lowering to LLVM IR
+        shared = _shared_21(mod)
     stage = "ptx"
     ptx = llir_to_ptx(llir, cc)
     stage = "cubin"
     ptx_to_cubin(ptx, cc)
-    return stage
+    return stage, shared
+
+
+def _shared_21(mod):
+    """Shared memory bytes of a Triton 2.1 TTGIR module (the 'triton_gpu.shared' attribute
+    the allocation pass sets); None where it is not there yet."""
+    try:
+        from triton._C.libtriton.triton import get_shared_memory_size
+
+        return int(get_shared_memory_size(mod))
+    except Exception:
+        return None
 
 
 def compile_3x(fn, args, opts, cc):
@@ -235,7 +262,7 @@ def compile_3x(fn, args, opts, cc):
         ASTSource(fn, signature, constexprs, attrs), target=target, options=options.__dict__
     )
     assert "cubin" in k.asm
-    return "cubin"
+    return "cubin", int(k.metadata.shared)
 
 
 def _error_line(exc):
@@ -259,12 +286,12 @@ def compile_one(index):
     t0 = time.time()
     try:
         if TRITON_MAJOR_MINOR < (3, 0):
-            stage = compile_21(fn, args, opts, cc)
+            stage, shared = compile_21(fn, args, opts, cc)
         else:
-            stage = compile_3x(fn, args, opts, cc)
-        return "ok", stage, time.time() - t0
+            stage, shared = compile_3x(fn, args, opts, cc)
+        return "ok", stage, time.time() - t0, shared
     except Exception as exc:  # report every failure, keep going
-        return "ERROR", _error_line(exc)[:300], time.time() - t0
+        return "ERROR", _error_line(exc)[:300], time.time() - t0, None
 
 
 def _child(index, conn, err_path):
@@ -290,7 +317,7 @@ def compile_isolated(index):
         if result == "timeout":
             p.kill()
             p.join()
-            return "ERROR", f"timeout: no result after {_TIMEOUT[0]:.0f}s", time.time() - t0
+            return "ERROR", f"timeout: no result after {_TIMEOUT[0]:.0f}s", time.time() - t0, None
         p.join()
         if result is not None:
             return result
@@ -298,16 +325,22 @@ def compile_isolated(index):
         lines = [ln for ln in lines if ln]
         msg = next((ln for ln in lines if "Assertion" in ln), lines[-1] if lines else "")
         msg = msg.split(": Assertion ", 1)[-1] if "Assertion" in msg else msg
-        return "ERROR", f"abort (exit {p.exitcode}): {msg}"[:300], time.time() - t0
+        return "ERROR", f"abort (exit {p.exitcode}): {msg}"[:300], time.time() - t0, None
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cc", default="80", help="compute capabilities, comma separated")
+    ap.add_argument("--cc", default="80,90", help="compute capabilities, comma separated")
     ap.add_argument("--full", action="store_true", help="the whole case product (slow)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per compile")
     ap.add_argument("--limit", type=int, default=0, help="compile only the first N (debug)")
+    ap.add_argument(
+        "--smem-limit",
+        type=int,
+        default=SMEM_LIMIT,
+        help="fail when a compile needs more shared memory per program (bytes)",
+    )
     ns = ap.parse_args(argv)
     ccs = [int(c) for c in ns.cc.split(",") if c]
     if "TRITON_CACHE_DIR" not in os.environ:  # compile for real, leave ~/.triton alone
@@ -325,7 +358,9 @@ def main(argv=None) -> int:
                     continue
                 seen.add(key)
                 jobs.append((name, cc, full, opts))
-                rows.append((name, cc, _dtype_of(fn, full), describe(fn, full), opts, case[6]))
+                rows.append(
+                    (name, cc, _dtype_of(fn, full), describe(fn, full), opts, case[6], case[7])
+                )
     if ns.limit:
         jobs, rows = jobs[: ns.limit], rows[: ns.limit]
     print(
@@ -339,17 +374,25 @@ def main(argv=None) -> int:
     with ThreadPoolExecutor(max(1, ns.jobs)) as ex:
         results = list(ex.map(compile_isolated, range(len(jobs))))
 
-    print("| kernel | cc | dtype | cfg | warps/stages | constexprs | result |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
-    summary = {}
-    for (name, cc, dtype, cx, opts, cname), (status, info, dt) in zip(rows, results):
+    print("| kernel | cc | dtype | cfg | warps/stages | constexprs | shared | result |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    summary, smem, too_big = {}, {}, []
+    for (name, cc, dtype, cx, opts, cname, cfg), (status, info, dt, shared) in zip(rows, results):
         ws = f"{opts.get('num_warps', 4)}/{opts.get('num_stages', 3)}"
         res = f"ok ({info}, {dt:.1f}s)" if status == "ok" else f"ERROR {info}"
-        print(f"| {name} | {cc} | {dtype.split('.')[-1]} | {cname} | {ws} | {cx} | {res} |")
+        dt_name = dtype.split(".")[-1]
+        print(f"| {name} | {cc} | {dt_name} | {cname} | {ws} | {cx} | {shared} | {res} |")
         s = summary.setdefault((name, cc), [0, 0, {}])
         s[0 if status == "ok" else 1] += 1
         if status != "ok":
             s[2][info] = s[2].get(info, 0) + 1
+        if shared is not None:
+            # The reduce kernel is the same for every partition config: one row for it.
+            slot = (cname, tuple(cfg), name, cc) if name == "partition" else ("-", (), name, cc)
+            if slot not in smem or shared > smem[slot][0]:
+                smem[slot] = (shared, f"{dt_name} {cx}")
+            if shared > ns.smem_limit:
+                too_big.append(f"{name} cc{cc} {cname} {dt_name} {cx}: {shared} bytes")
     print(f"\nsummary (triton {triton.__version__}, {time.time() - t0:.0f}s):")
     bad = 0
     for (name, cc), (ok, err, msgs) in sorted(summary.items()):
@@ -357,7 +400,17 @@ def main(argv=None) -> int:
         print(f"  {name:12s} cc{cc}: {ok} ok, {err} failed")
         for msg, n in sorted(msgs.items(), key=lambda kv: -kv[1]):
             print(f"      {n} x {msg}")
-    return 1 if bad else 0
+    print(f"\nshared memory per program, largest per config (limit {ns.smem_limit} bytes):")
+    print("| cfg | config | kernel | cc | largest shared | at |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for (cname, cfg, name, cc), (shared, where) in sorted(smem.items()):
+        mark = "" if shared <= ns.smem_limit else " OVER"
+        print(f"| {cname} | {cfg} | {name} | {cc} | {shared}{mark} | {where} |")
+    if too_big:
+        print(f"\n{len(too_big)} compile(s) need more than {ns.smem_limit} bytes:")
+        for line in too_big:
+            print(f"  {line}")
+    return 1 if bad or too_big else 0
 
 
 if __name__ == "__main__":

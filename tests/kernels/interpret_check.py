@@ -1,5 +1,8 @@
 """Run the Triton kernels on CPU tensors under Triton's interpreter (TRITON_INTERPRET=1).
 
+Each case calls ``triton_impl.run(call.build((), inputs), LaunchConfig(...))`` twice (the
+second call reuses the plan) and checks out and vLLM's partition buffers every time.
+
 Used by test_pa_interpret.py in a subprocess (the interpreter must be chosen before the
 kernels are defined) and handy by hand:  ``python tests/kernels/interpret_check.py``.
 Prints one line per case and exits 1 when any case fails.
@@ -15,7 +18,9 @@ os.environ["TRITON_INTERPRET"] = "1"
 import torch  # noqa: E402
 from pa_helpers import make_inputs, rel_err, tolerance  # noqa: E402  (this script's directory)
 
+from vllm_codemod.kernels import call as call_mod  # noqa: E402
 from vllm_codemod.kernels import triton_impl  # noqa: E402
+from vllm_codemod.kernels.launch_tables import LaunchConfig  # noqa: E402
 from vllm_codemod.kernels.reference import (  # noqa: E402
     reference_paged_attention,
     reference_partitions,
@@ -62,41 +67,51 @@ def _patch_interpreter() -> None:
     builder.create_dot = create_dot
 
 
-CALL_KEYS = (
-    "out exp_sums max_logits tmp_out query key_cache value_cache num_kv_heads scale "
-    "block_tables seq_lens block_size max_seq_len alibi_slopes"
-).split()
-
-# (seq_lens, heads, kv heads, head size, block size, dtype, alibi, config override)
+# (seq_lens, heads, kv heads, head size, block size, dtype, alibi, LaunchConfig fields or
+# None for the tables' choice, reduce in chunks)
 CASES = [
-    ([1, 700, 1300], 8, 2, 128, 16, torch.bfloat16, True, None),
-    ([1, 700, 1300], 8, 2, 128, 16, torch.bfloat16, True, (32, 2, 1, True, 2)),
-    ([1, 700, 1300], 8, 2, 128, 16, torch.bfloat16, False, (16, 1, 2, True, 4)),
-    ([513, 1025, 40], 4, 4, 256, 32, torch.float16, True, (32, 2, 1, False, 4)),
-    ([600, 1800], 8, 2, 64, 16, torch.float32, True, (16, 1, 1, True, 2)),
-    ([1100], 2, 1, 80, 8, torch.bfloat16, False, (64, 2, 1, True, 4)),
-    ([2, 1536], 32, 2, 64, 16, torch.float16, False, (16, 1, 2, True, 2)),
+    ([1, 700, 1300], 8, 2, 128, 16, torch.bfloat16, True, None, False),
+    ([513, 1025, 40], 4, 4, 256, 32, torch.float16, True, (32, 2, 1, False, 0, False), False),
+    ([600, 1800], 8, 2, 64, 16, torch.float32, True, (16, 1, 1, True, 0, False), True),
     # prefetch 1 (block ids one tile ahead) and 2 (K/V double buffer), incl. a padded head
-    ([1, 700, 1300], 8, 2, 128, 16, torch.bfloat16, True, (16, 1, 1, False, 1, 1)),
-    ([513, 1025, 40], 4, 4, 80, 8, torch.float16, False, (32, 2, 1, True, 1, 2)),
-    ([600, 1800, 16], 8, 2, 64, 32, torch.float32, True, (16, 1, 1, True, 1, 2)),
-    ([1100, 3], 2, 1, 256, 16, torch.bfloat16, False, (64, 2, 1, True, 2, 2)),
+    ([1100, 3], 2, 1, 80, 8, torch.bfloat16, False, (64, 2, 1, True, 1, False), False),
+    ([513, 1025, 40], 4, 4, 80, 8, torch.float16, False, (32, 2, 1, True, 2, False), False),
     # k3d: K tiles loaded in memory order, then permuted (Triton >= 3.0)
-    ([1, 700, 1300], 8, 2, 128, 16, torch.bfloat16, True, (16, 1, 1, False, 1, 0, True)),
-    ([513, 1025, 40], 4, 4, 80, 8, torch.float16, False, (32, 2, 1, True, 1, 2, True)),
-    ([600, 1800, 16], 8, 2, 64, 32, torch.float32, True, (16, 1, 2, True, 1, 1, True)),
-    ([1100, 3], 2, 1, 256, 16, torch.bfloat16, False, (64, 2, 1, True, 2, 0, True)),
+    ([2, 1536], 32, 2, 64, 16, torch.float16, False, (16, 1, 2, True, 0, True), False),
+    ([600, 1800, 16], 8, 2, 64, 32, torch.float32, True, (16, 1, 1, True, 2, True), False),
+    ([1100, 3], 2, 1, 80, 8, torch.bfloat16, False, (32, 2, 1, False, 1, True), True),
+    # 71 query heads per kv head: 64-row programs, two group chunks (the wide-group table)
+    ([300, 5], 71, 1, 64, 16, torch.bfloat16, False, None, False),
 ]
 
 
+def _fill_nan(a) -> None:
+    for name in ("out", "exp_sums", "max_logits", "tmp_out"):
+        a[name].fill_(float("nan"))
+
+
 def run_case(case) -> float:
-    lens, nh, nkv, hs, bs, dtype, alibi, cfg = case
+    """Two calls through triton_impl.run (the second reuses the first's plan), each checked:
+    out against the float64 reference, and vLLM's partition buffers."""
+    lens, nh, nkv, hs, bs, dtype, alibi, cfg, chunked = case
     a = make_inputs(lens, nh, nkv, hs, bs, dtype, "cpu", alibi=alibi, extra_partitions=1)
-    triton_impl.set_config_override(cfg)
+    c = call_mod.build((), dict(a))
+    config = None if cfg is None else LaunchConfig(*cfg)
+    saved = triton_impl.REDUCE_SINGLE_PASS_MAX
+    triton_impl.REDUCE_SINGLE_PASS_MAX = 0 if chunked else saved
+    plans = len(triton_impl._plans)
     try:
-        triton_impl.paged_attention_v2_triton(**{k: a[k] for k in CALL_KEYS})
+        for call in range(2):
+            _fill_nan(a)
+            triton_impl.run(c, config)
+            err = _check(a, lens, dtype)
+            assert len(triton_impl._plans) == plans + 1, f"call {call}: plan not reused"
     finally:
-        triton_impl.set_config_override(None)
+        triton_impl.REDUCE_SINGLE_PASS_MAX = saved
+    return err
+
+
+def _check(a, lens, dtype) -> float:
     assert not torch.isnan(a["out"]).any(), "out has NaN"
     ref = reference_paged_attention(
         a["query"],

@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+import dataclasses
+import importlib.util
+import logging
 import random
+import subprocess
+import sys
+import types
 import warnings
+from pathlib import Path
 
 import pytest
 
 torch = pytest.importorskip("torch")  # the CPU suite runs without torch too
 from pa_helpers import make_inputs, rel_err, tolerance  # noqa: E402
 
-from vllm_codemod.kernels import dispatch, paged_attention_v2, torch_impl  # noqa: E402
+from vllm_codemod.kernels import call as call_mod  # noqa: E402
+from vllm_codemod.kernels import dispatch, launch_tables, paged_attention_v2, torch_impl  # noqa: E402
+from vllm_codemod.kernels.log import log as kernel_log  # noqa: E402
 from vllm_codemod.kernels.reference import reference_paged_attention, reference_partitions  # noqa: E402
 from vllm_codemod.kernels.signature import (  # noqa: E402
     ACCEPTED_PARAMETERS,
@@ -188,10 +197,28 @@ def test_signature_module_is_consistent():
     assert ACCEPTED_PARAMETERS == frozenset(CANONICAL_PARAMETERS) | frozenset(ALIASES)
     assert {"exp_sum", "context_lens", "max_context_len", "kv_scale"} <= ACCEPTED_PARAMETERS
     assert PARTITION_SIZE == 512
-    import inspect
+    # Positional arguments bind in CANONICAL_PARAMETERS order, every one of them.
+    values = tuple(object() for _ in CANONICAL_PARAMETERS)
+    bound = call_mod.bind(values, {})
+    assert tuple(bound) == CANONICAL_PARAMETERS
+    assert all(bound[n] is v for n, v in zip(CANONICAL_PARAMETERS, values))
+    with pytest.raises(TypeError, match="too many"):
+        call_mod.bind(values + (None,), {})
+    # Every alias binds to its canonical name; kv_scale sets both scales.
+    for alias, canonical in ALIASES.items():
+        got = call_mod.bind((), {alias: 7})
+        expected = {"k_scale": 7, "v_scale": 7} if alias == "kv_scale" else {canonical: 7}
+        assert got == expected, alias
+    # The call object carries every dense-attention parameter under its canonical name.
+    fields = {f.name for f in dataclasses.fields(call_mod.DecodeCall)}
+    assert fields == set(CANONICAL_PARAMETERS[:17])
 
-    params = list(inspect.signature(dispatch._run).parameters)
-    assert tuple(params[: len(CANONICAL_PARAMETERS)]) == CANONICAL_PARAMETERS
+
+def test_bind_rejects_duplicates():
+    with pytest.raises(TypeError, match="given twice"):
+        call_mod.bind((None,) * 11, {"context_lens": 1})
+    with pytest.raises(TypeError, match="both given"):
+        call_mod.bind((), {"kv_scale": 1.0, "v_scale": 1.0})
 
 
 def test_bad_arguments():
@@ -218,26 +245,114 @@ def test_backend_env(monkeypatch):
     monkeypatch.setenv(dispatch.BACKEND_ENV, "torch")
     assert dispatch.paged_attention_v2_with_path(**a) == "torch"
     monkeypatch.setenv(dispatch.BACKEND_ENV, "cuda-graphs")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="expected 'triton', 'torch' or unset"):
         dispatch.paged_attention_v2(**a)
-    if not dispatch.triton_available():
-        monkeypatch.setenv(dispatch.BACKEND_ENV, "triton")
-        with pytest.raises(RuntimeError, match="Triton"):
-            dispatch.paged_attention_v2(**a)
+    monkeypatch.setenv(dispatch.BACKEND_ENV, " Torch ")  # case and spaces do not matter
+    assert dispatch.paged_attention_v2_with_path(**a) == "torch"
+    monkeypatch.delenv(dispatch.BACKEND_ENV)
+    # CPU tensors always take the torch path, Triton or not; backend= beats the environment.
+    assert dispatch.paged_attention_v2_with_path(**a) == "torch"
+    monkeypatch.setenv(dispatch.BACKEND_ENV, "triton")
+    assert dispatch.paged_attention_v2_with_path(**a, backend="torch") == "torch"
+    _check_out(a, _ref(a), torch.float32)
 
 
-class _FakeTriton:
-    """Stands in for the Triton module; fails for the dtypes listed in ``failing``."""
+def test_empty_batch_and_zero_length_take_no_path():
+    a = make_inputs([5], 4, 2, 64, 16, torch.float32)
+    a["max_seq_len"] = 0
+    assert dispatch.paged_attention_v2_with_path(**a) == "none"
 
-    def __init__(self, failing=()):
+
+def _placeholder_module():
+    """What vLLM >= 0.9 puts in sys.modules["triton"] when Triton is missing: a module
+    object of class TritonPlaceholder, no file behind it, a fake version and a no-op jit."""
+    placeholder_type = type("TritonPlaceholder", (types.ModuleType,), {})
+    module = placeholder_type("triton")
+    module.__version__ = "3.3.0"
+    module.jit = lambda fn=None, **kwargs: fn if fn is not None else (lambda f: f)
+    module.language = types.ModuleType("triton.language")
+    assert not getattr(module, "__file__", None)
+    return module
+
+
+def test_vllm_triton_placeholder_counts_as_absent(monkeypatch):
+    monkeypatch.setitem(sys.modules, "triton", _placeholder_module())
+    monkeypatch.setattr(
+        dispatch, "_triton_state", {"checked": False, "module": None, "warned": False}
+    )
+    monkeypatch.setattr(dispatch, "_triton_failed_dtypes", set())
+    assert dispatch.triton_available() is False
+    assert "placeholder" in dispatch._triton_state["import_error"]
+    a = make_inputs([300, 2], 4, 2, 64, 16, torch.float32)
+    monkeypatch.setenv(dispatch.BACKEND_ENV, "triton")
+    with pytest.raises(RuntimeError, match="Triton is unusable here") as info:
+        dispatch.paged_attention_v2(**a)
+    assert "TritonPlaceholder" in str(info.value)
+    monkeypatch.delenv(dispatch.BACKEND_ENV)
+    assert dispatch.paged_attention_v2_with_path(**a) == "torch"  # auto: the torch path
+    _check_out(a, _ref(a), torch.float32)
+
+
+def test_missing_triton_is_a_clear_error_when_forced(monkeypatch):
+    monkeypatch.setitem(sys.modules, "triton", None)  # `import triton` raises ImportError
+    monkeypatch.setattr(
+        dispatch, "_triton_state", {"checked": False, "module": None, "warned": False}
+    )
+    assert dispatch.triton_available() is False
+    a = make_inputs([30], 4, 4, 64, 16, torch.float32)
+    with pytest.raises(RuntimeError, match="Triton is unusable here"):
+        dispatch.paged_attention_v2_with_path(**a, backend="triton")
+
+
+def test_validation_runs_once_per_shape_and_still_rejects(monkeypatch):
+    checked = []
+    real_check = call_mod._check
+
+    def counting_check(c):
+        checked.append(tuple(c.query.shape))
+        real_check(c)
+
+    monkeypatch.setattr(call_mod, "_check", counting_check)
+    monkeypatch.setattr(call_mod, "_validated", set())
+    a = make_inputs([100, 3], 4, 2, 64, 16, torch.float32)
+    for _ in range(3):
+        paged_attention_v2(**a)
+    assert checked == [(2, 4, 64)]
+    b = make_inputs([100, 3, 9], 4, 2, 64, 16, torch.float32)
+    paged_attention_v2(**b)
+    assert checked == [(2, 4, 64), (3, 4, 64)]
+    _check_out(b, _ref(b), torch.float32)
+    # A bad shape is refused on every call: a failed check is never cached as valid.
+    bad = dict(a, out=torch.empty(2, 4, 32))
+    for _ in range(2):
+        with pytest.raises(ValueError, match="out shape"):
+            paged_attention_v2(**bad)
+    assert len(checked) == 4
+    with pytest.raises(ValueError, match="not a multiple"):
+        paged_attention_v2(**dict(a, num_kv_heads=3))
+    with pytest.raises(ValueError, match="must divide 512"):
+        c = make_inputs([10], 4, 4, 64, 24, torch.float32)
+        paged_attention_v2(**c)
+
+
+class _FakeTritonImpl:
+    """Stands in for the triton_impl module; fails for the dtypes listed in ``failing``."""
+
+    class UnsupportedLayout(ValueError):
+        pass
+
+    def __init__(self, failing=(), layout_failing=()):
         self.calls = []
         self.failing = set(failing)
+        self.layout_failing = set(layout_failing)
 
-    def paged_attention_v2_triton(self, *args):
-        dtype = args[5].dtype  # key_cache
+    def run(self, c):
+        dtype = c.key_cache.dtype
         self.calls.append(dtype)
         if dtype in self.failing:
             raise RuntimeError("no compiler for this GPU")
+        if dtype in self.layout_failing:
+            raise self.UnsupportedLayout("strided query")
         raise _Handled()
 
 
@@ -245,51 +360,132 @@ class _Handled(BaseException):  # escapes the dispatcher's `except Exception`
     pass
 
 
+class _CudaLooking:
+    """A CPU tensor that reports a CUDA device: what choose_backend looks at."""
+
+    device = torch.device("cuda", 0)
+    is_cuda = True
+
+    def __init__(self, tensor):
+        self.tensor = tensor
+
+    def __getattr__(self, name):
+        return getattr(self.tensor, name)
+
+
 def _fake_gpu(monkeypatch, fake, capability=(9, 0)):
-    state = {"checked": True, "module": fake, "warned": False}
-    monkeypatch.setattr(dispatch, "_triton_state", state)
+    monkeypatch.setattr(
+        dispatch, "_triton_state", {"checked": True, "module": fake, "warned": False}
+    )
     monkeypatch.setattr(dispatch, "_triton_failed_dtypes", set())
     monkeypatch.setattr(dispatch, "_capabilities", {})
-    monkeypatch.setattr(dispatch, "_on_gpu", lambda t: True)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
     monkeypatch.delenv(dispatch.BACKEND_ENV, raising=False)
+    real_torch_path = dispatch._torch_path
+
+    def torch_path_on_the_cpu_tensor(c):
+        return real_torch_path(dataclasses.replace(c, query=c.query.tensor))
+
+    monkeypatch.setattr(dispatch, "_torch_path", torch_path_on_the_cpu_tensor)
 
 
-def test_triton_failure_warns_once_and_falls_back(monkeypatch):
-    fake = _FakeTriton(failing={torch.float32})
+def _gpu_call(a):
+    c = call_mod.build((), dict(a))
+    return dataclasses.replace(c, query=_CudaLooking(c.query))
+
+
+def _kernel_log(caplog):
+    return [r for r in caplog.records if r.name == kernel_log.name]
+
+
+def test_triton_failure_logs_once_and_falls_back(monkeypatch, caplog):
+    fake = _FakeTritonImpl(failing={torch.float32})
     _fake_gpu(monkeypatch, fake)
+    caplog.set_level(logging.INFO, logger=kernel_log.name)
     a = make_inputs([800], 4, 2, 64, 16, torch.float32)
-    with pytest.warns(RuntimeWarning, match="PyTorch path"):
-        assert dispatch.paged_attention_v2_with_path(**a) == "torch"
-    _check_out(a, _ref(a), torch.float32)
     with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert dispatch.paged_attention_v2_with_path(**a) == "torch"
-    assert fake.calls == [torch.float32]
+        warnings.simplefilter("error")  # a log record, never a warning
+        assert dispatch.run(_gpu_call(a)) == "torch"
+        _check_out(a, _ref(a), torch.float32)
+        assert dispatch.run(_gpu_call(a)) == "torch"
+    records = _kernel_log(caplog)
+    assert len(records) == 1, records
+    assert records[0].levelno == logging.WARNING
+    assert "PyTorch path" in records[0].getMessage()
+    assert "no compiler for this GPU" in records[0].getMessage()
+    assert fake.calls == [torch.float32]  # remembered: the second call did not try again
     # The failure is remembered per cache dtype: fp16 caches still get the Triton path.
     b = make_inputs([800], 4, 2, 64, 16, torch.float16)
     with pytest.raises(_Handled):
-        dispatch.paged_attention_v2_with_path(**b)
+        dispatch.run(_gpu_call(b))
     assert fake.calls == [torch.float32, torch.float16]
+    assert len(_kernel_log(caplog)) == 1
+
+
+def test_unsupported_layout_falls_back_without_disabling_the_dtype(monkeypatch, caplog):
+    fake = _FakeTritonImpl(layout_failing={torch.float16})
+    _fake_gpu(monkeypatch, fake)
+    caplog.set_level(logging.INFO, logger=kernel_log.name)
+    a = make_inputs([300], 4, 2, 64, 16, torch.float16)
+    assert dispatch.run(_gpu_call(a)) == "torch"
+    _check_out(a, _ref(a), torch.float16)
+    assert dispatch.run(_gpu_call(a)) == "torch"
+    assert fake.calls == [torch.float16, torch.float16]  # tried again: a layout, not a dtype
+    assert dispatch._triton_failed_dtypes == set()
+    assert len(_kernel_log(caplog)) == 1
+
+
+def test_forced_triton_failure_is_raised(monkeypatch, caplog):
+    fake = _FakeTritonImpl(failing={torch.float32})
+    _fake_gpu(monkeypatch, fake)
+    a = make_inputs([100], 4, 2, 64, 16, torch.float32)
+    with pytest.raises(RuntimeError, match="no compiler"):
+        dispatch.run(_gpu_call(a), backend="triton")
+    assert dispatch._triton_failed_dtypes == set()
+    assert _kernel_log(caplog) == []
 
 
 @pytest.mark.parametrize("capability, tried", [((7, 0), False), ((7, 5), False), ((8, 0), True)])
 def test_fp32_caches_skip_triton_below_sm80(monkeypatch, capability, tried):
     """Triton 2.1 aborts the process compiling the fp32 path below sm_80: never try it."""
-    fake = _FakeTriton()
+    fake = _FakeTritonImpl()
     _fake_gpu(monkeypatch, fake, capability)
     a = make_inputs([700], 4, 2, 64, 16, torch.float32)
     if tried:
         with pytest.raises(_Handled):
-            dispatch.paged_attention_v2_with_path(**a)
+            dispatch.run(_gpu_call(a))
     else:
-        assert dispatch.paged_attention_v2_with_path(**a) == "torch"
+        assert dispatch.run(_gpu_call(a)) == "torch"
         _check_out(a, _ref(a), torch.float32)
     assert fake.calls == ([torch.float32] if tried else [])
     b = make_inputs([700], 4, 2, 64, 16, torch.float16)
     with pytest.raises(_Handled):  # other dtypes are not affected
-        dispatch.paged_attention_v2_with_path(**b)
+        dispatch.run(_gpu_call(b))
+
+
+def test_fp8_caches_take_the_torch_path_on_gpu(monkeypatch):
+    fake = _FakeTritonImpl()
+    _fake_gpu(monkeypatch, fake)
+    if not FP8:
+        pytest.skip("this torch has no float8 dtypes")
+    a = make_inputs([40], 4, 2, 64, 16, torch.bfloat16, fp8_dtype=torch.float8_e4m3fn)
+    c = dataclasses.replace(_gpu_call(a), kv_cache_dtype="fp8")
+    assert dispatch.choose_backend(c) == "torch"
+    with pytest.raises(NotImplementedError, match="fp8"):
+        dispatch.choose_backend(c, "triton")
+    assert fake.calls == []
+
+
+def test_kernel_logger_name_inside_a_tree():
+    """Inside a patched tree the kernels log under vLLM's hierarchy (vLLM's logging
+    configuration routes them); under the tool's own name elsewhere."""
+    path = Path(dispatch.__file__).with_name("log.py")
+    spec = importlib.util.spec_from_file_location("vllm._codemod_kernels.log", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.log.name == "vllm.codemod.kernels"
+    assert kernel_log.name == "vllm_codemod.kernels"
 
 
 FP8 = [
@@ -318,7 +514,7 @@ def test_fp8_cache(kv_cache_dtype, tensor_scales):
 def test_fp8_without_float8_dtypes_is_a_clear_error(monkeypatch):
     monkeypatch.delattr(torch, "float8_e5m2", raising=False)
     with pytest.raises(NotImplementedError, match="float8_e5m2"):
-        dispatch.fp8_dtype("fp8_e5m2")
+        call_mod.fp8_dtype("fp8_e5m2")
 
 
 @pytest.mark.skipif(not FP8, reason="this torch has no float8 dtypes")
@@ -328,96 +524,480 @@ def test_uint8_cache_needs_fp8_dtype():
         paged_attention_v2(**a)
 
 
-def test_launch_config_tiers(monkeypatch):
-    """Which launch config each program count gets (pure policy; needs Triton importable).
+# --------------------------------------------------------------------------- call building
 
-    Triton >= 3.0 gets the k3d tables; older Triton (no tl.permute) the 2-D-load ones."""
-    pytest.importorskip("triton")
-    from vllm_codemod.kernels import triton_impl
 
+def _build_inputs():
+    a = make_inputs([300, 7], 4, 2, 64, 16, torch.float32, alibi=True)
+    return a, [a[n] for n in CANONICAL_PARAMETERS[:13]]
+
+
+_TAIL_VALUES = ("auto", 0.5, 2.0, 0, 0, 1, 64, 0)  # kv_cache_dtype .. head_sliding_step
+
+
+def _call_fields(c):
+    return {f.name: getattr(c, f.name) for f in dataclasses.fields(call_mod.DecodeCall)}
+
+
+def _same_call(x, y):
+    fx, fy = _call_fields(x), _call_fields(y)
+    assert fx.keys() == fy.keys()
+    for name in fx:
+        if isinstance(fx[name], torch.Tensor) or isinstance(fy[name], torch.Tensor):
+            assert fx[name] is fy[name], name
+        else:
+            assert fx[name] == fy[name] and type(fx[name]) is type(fy[name]), name
+
+
+@pytest.mark.parametrize("n_positional", range(13, len(CANONICAL_PARAMETERS) + 1))
+def test_build_positional_fast_path_equals_keywords(n_positional):
+    """vLLM passes 13-22 arguments positionally (the short path builds the call straight from
+    the tuple); the same values by keyword, or split positional + keyword, give the same call."""
+    a, head = _build_inputs()
+    values = head + [a["alibi_slopes"], *_TAIL_VALUES][: n_positional - 13]
+    fast = call_mod.build(tuple(values), {})
+    by_name = call_mod.build((), dict(zip(CANONICAL_PARAMETERS, values)))
+    split = call_mod.build(tuple(values[:5]), dict(zip(CANONICAL_PARAMETERS[5:], values[5:])))
+    _same_call(fast, by_name)
+    _same_call(fast, split)
+    assert fast.alibi_slopes is (a["alibi_slopes"] if n_positional > 13 else None)
+    expected_scales = {13: (1.0, 1.0), 14: (1.0, 1.0), 15: (1.0, 1.0), 16: (0.5, 1.0)}
+    assert (fast.k_scale, fast.v_scale) == expected_scales.get(n_positional, (0.5, 2.0))
+
+
+def test_build_aliases_equal_canonical_names():
+    a, head = _build_inputs()
+    canonical = call_mod.build(tuple(head), {"k_scale": 0.25, "v_scale": 0.25})
+    renamed = dict(zip(CANONICAL_PARAMETERS[:13], head))
+    renamed["exp_sum"] = renamed.pop("exp_sums")
+    renamed["context_lens"] = renamed.pop("seq_lens")
+    renamed["max_context_len"] = renamed.pop("max_seq_len")
+    _same_call(canonical, call_mod.build((), dict(renamed, kv_scale=0.25)))
+    # 0.4's positional kv_scale lands in the k_scale slot (16 arguments).
+    old = call_mod.build(tuple(head) + (a["alibi_slopes"], "auto", 0.25), {})
+    assert (old.k_scale, old.v_scale) == (0.25, 1.0)
+
+
+def test_build_normalizes_scalars_and_refuses_bad_calls():
+    a, head = _build_inputs()
+    values = list(head)
+    values[7] = torch.tensor(2)  # num_kv_heads as a 0-d tensor
+    values[8] = torch.tensor(0.125)  # scale
+    values[11] = torch.tensor([16])  # block_size
+    c = call_mod.build(tuple(values), {})
+    assert (c.num_kv_heads, c.scale, c.block_size) == (2, 0.125, 16)
+    assert type(c.num_kv_heads) is int and type(c.scale) is float
+    with pytest.raises(TypeError, match="too many"):
+        call_mod.build(tuple(head) + (None,) * 10, {})
+    with pytest.raises(TypeError, match="missing"):
+        call_mod.build(tuple(head[:12]), {})
+    with pytest.raises(ValueError, match="scalar"):
+        call_mod.build(tuple(head[:7]) + (torch.tensor([2, 2]),) + tuple(head[8:]), {})
+    assert call_mod.build(tuple(head) + (None,) + _TAIL_VALUES, {}).num_partitions == 1
+    assert call_mod.build(tuple(head[:12]) + (513,), {}).num_partitions == 2
+
+
+# --------------------------------------------------------------------------- launch tables
+
+
+def test_pick_config_k3d_tables():
+    lt = launch_tables
+    for d_pad, config in lt.K3D_CONFIGS.items():
+        assert lt.pick_config(1, d_pad) == config
+        assert lt.pick_config(lt.K3D_MANY_PROGRAMS - 1, d_pad, 32) == config
+        assert config.k3d
+    # Many programs: one config at head <= 128; head 256 keeps its own.
+    for d_pad in (32, 64, 128):
+        assert lt.pick_config(lt.K3D_MANY_PROGRAMS, d_pad) == lt.K3D_MANY_PROGRAMS_CONFIG
+    assert lt.pick_config(lt.K3D_MANY_PROGRAMS, 256) == lt.K3D_CONFIGS[256]
+    # 64 rows per program (wide groups), head <= 128: the four-warp configs, both tiers.
+    assert lt.pick_config(1, 128, lt.WIDE_GROUP_ROWS) == lt.K3D_WIDE_GROUP_CONFIG
+    assert lt.pick_config(lt.K3D_MANY_PROGRAMS - 1, 64, 64) == lt.K3D_WIDE_GROUP_CONFIG
+    assert lt.pick_config(lt.K3D_MANY_PROGRAMS, 128, 64) == lt.K3D_WIDE_GROUP_MANY_CONFIG
+    assert lt.pick_config(1, 256, 64) == lt.K3D_CONFIGS[256]
+    assert lt.pick_config(1, 512) == lt.FALLBACK_CONFIG._replace(k3d=True)
+
+
+def test_pick_config_2d_tables():
+    lt = launch_tables
+
+    def pick(programs, d_pad, g_pad=16):
+        return lt.pick_config(programs, d_pad, g_pad, k3d=False)
+
+    for d_pad, config in lt.DEFAULT_CONFIGS.items():
+        assert pick(lt.MANY_PROGRAMS - 1, d_pad) == config
+        assert not config.k3d
+    for d_pad in (32, 64, 128):
+        assert pick(lt.MANY_PROGRAMS, d_pad) == lt.MID_PROGRAMS_CONFIG
+        assert pick(lt.MID_PROGRAMS_LIMIT - 1, d_pad) == lt.MID_PROGRAMS_CONFIG
+        assert pick(lt.MID_PROGRAMS_LIMIT, d_pad) == lt.MANY_PROGRAMS_CONFIG
+    assert pick(1568, 128) == lt.MID_PROGRAMS_CONFIG  # one 100K sequence, 8 kv heads
+    assert pick(10**6, 256) == lt.DEFAULT_CONFIGS[256]
+    assert pick(1, 128, 64) == lt.WIDE_GROUP_CONFIG
+    assert pick(lt.MANY_PROGRAMS - 1, 128, 64) == lt.WIDE_GROUP_CONFIG
+    assert pick(lt.MANY_PROGRAMS, 128, 64) == lt.WIDE_GROUP_MANY_CONFIG
+    assert pick(lt.MID_PROGRAMS_LIMIT, 64, 64) == lt.WIDE_GROUP_MANY_CONFIG
+    assert pick(1, 256, 64) == lt.DEFAULT_CONFIGS[256]
+    assert pick(1, 512) == lt.FALLBACK_CONFIG
+
+
+def test_config_override():
+    lt = launch_tables
+    forced = lt.LaunchConfig(16, 1, 1, False, 2, True)
+    try:
+        lt.set_config_override(forced)
+        assert lt.config_override() == forced
+        assert lt.pick_config(1, 128) == forced
+        assert lt.pick_config(10**6, 64, 64, k3d=False) == forced
+        lt.set_config_override((32, 4, 2))  # leading fields, defaults for the rest
+        assert lt.config_override() == lt.LaunchConfig(32, 4, 2, True, 0, False)
+    finally:
+        lt.set_config_override(None)
+    assert lt.config_override() is None
+    assert lt.pick_config(1, 128) == lt.K3D_CONFIGS[128]
+
+
+def _all_table_configs():
+    lt = launch_tables
+    configs = list(lt.K3D_CONFIGS.values()) + list(lt.DEFAULT_CONFIGS.values())
+    configs += [lt.K3D_MANY_PROGRAMS_CONFIG, lt.K3D_WIDE_GROUP_CONFIG]
+    configs += [lt.K3D_WIDE_GROUP_MANY_CONFIG, lt.FALLBACK_CONFIG, lt.MANY_PROGRAMS_CONFIG]
+    configs += [lt.MID_PROGRAMS_CONFIG, lt.WIDE_GROUP_CONFIG, lt.WIDE_GROUP_MANY_CONFIG]
+    return configs
+
+
+def test_launch_table_entries_are_launchable():
+    """Powers of two where Triton needs them; k3d only in the k3d tables; five fields plus
+    k3d (the old split field is gone)."""
+    lt = launch_tables
+    assert lt.LaunchConfig._fields == ("tile", "warps", "stages", "early_v", "prefetch", "k3d")
+    for config in _all_table_configs():
+        assert config.tile >= 16 and config.tile & (config.tile - 1) == 0, config
+        assert config.tile <= PARTITION_SIZE and PARTITION_SIZE % config.tile == 0, config
+        assert config.warps in (1, 2, 4, 8), config
+        assert config.stages >= 1 and config.prefetch in (0, 1, 2), config
+    k3d = list(lt.K3D_CONFIGS.values()) + [lt.K3D_MANY_PROGRAMS_CONFIG]
+    k3d += [lt.K3D_WIDE_GROUP_CONFIG, lt.K3D_WIDE_GROUP_MANY_CONFIG]
+    assert all(c.k3d for c in k3d)
+    assert not any(c.k3d for c in _all_table_configs() if c not in k3d)
+    assert set(lt.DEFAULT_CONFIGS) == set(lt.K3D_CONFIGS) == {32, 64, 128, 256}
+    assert lt.MANY_PROGRAMS < lt.MID_PROGRAMS_LIMIT
+
+
+def test_launch_tables_import_neither_torch_nor_triton():
+    """The tune command and the compile check read the tables without a GPU stack."""
+    code = (
+        "import sys; import vllm_codemod.kernels.launch_tables as t; "
+        "assert t.pick_config(1, 128); "
+        "bad = [m for m in ('torch', 'triton') if m in sys.modules]; "
+        "assert not bad, bad"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# --------------------------------------------------------------------------- Triton launcher
+# Pure host logic of triton_impl (no kernel runs): needs Triton importable, not a GPU.
+
+
+@pytest.fixture
+def tf(monkeypatch):
+    triton_impl = pytest.importorskip("vllm_codemod.kernels.triton_impl")
+    monkeypatch.setattr(triton_impl, "_plans", {})
+    monkeypatch.setattr(triton_impl, "_k3d_state", {"disabled": False})
+    monkeypatch.setattr(triton_impl, "_fast", {"enabled": True})
     monkeypatch.setattr(triton_impl, "HAS_PERMUTE", True)
-    assert triton_impl.pick_config(512, 128) == triton_impl.K3D_CONFIGS[128]
-    assert triton_impl.pick_config(1568, 128) == triton_impl.K3D_CONFIGS[128]
-    assert triton_impl.pick_config(4095, 128) == triton_impl.K3D_CONFIGS[128]
-    assert triton_impl.pick_config(4096, 64) == triton_impl.K3D_MANY_PROGRAMS_CONFIG
-    assert triton_impl.pick_config(9000, 256) == triton_impl.K3D_CONFIGS[256]
-    # 64 rows per program (MQA-sized groups), head <= 128: four-warp configs.
-    wide, wide_many = triton_impl.K3D_WIDE_GROUP_CONFIG, triton_impl.K3D_WIDE_GROUP_MANY_CONFIG
-    assert triton_impl.pick_config(196, 128, g_pad=64) == wide
-    assert triton_impl.pick_config(4096, 64, g_pad=64) == wide_many
-    assert triton_impl.pick_config(1024, 128, g_pad=32) == triton_impl.K3D_CONFIGS[128]
-    assert triton_impl.pick_config(1024, 256, g_pad=64) == triton_impl.K3D_CONFIGS[256]
-    assert wide.warps == wide_many.warps == 4
-    assert all(c.k3d for c in triton_impl.K3D_CONFIGS.values())
-
-    monkeypatch.setattr(triton_impl, "HAS_PERMUTE", False)
-    mid = triton_impl.MID_PROGRAMS_CONFIG
-    many = triton_impl.MANY_PROGRAMS_CONFIG
-    assert triton_impl.pick_config(512, 128) == triton_impl.DEFAULT_CONFIGS[128]
-    assert triton_impl.pick_config(1568, 128) == mid
-    assert triton_impl.pick_config(4095, 128) == mid
-    assert triton_impl.pick_config(4096, 128) == many
-    assert triton_impl.pick_config(1568, 256) == triton_impl.DEFAULT_CONFIGS[256]
-    assert triton_impl.pick_config(196, 128, g_pad=64) == triton_impl.WIDE_GROUP_CONFIG
-    assert triton_impl.pick_config(1024, 64, g_pad=64) == triton_impl.WIDE_GROUP_MANY_CONFIG
-    assert triton_impl.pick_config(1024, 128, g_pad=32) == mid
+    launch_tables.set_config_override(None)
+    return triton_impl
 
 
-class _FakeKernel:
-    """Stands in for a @triton.jit kernel: records each launch's constexprs, or raises."""
+def _decode_call(lens=(700, 3), heads=8, kv_heads=2, head_size=128, dtype=None, alibi=False):
+    a = make_inputs(list(lens), heads, kv_heads, head_size, 16, dtype or torch.bfloat16)
+    if alibi:
+        a["alibi_slopes"] = torch.rand(heads)
+    return call_mod.build((), a)
 
-    def __init__(self, fail_when):
-        self.fail_when, self.launches = fail_when, []
+
+def test_group_rows():
+    tf_mod = pytest.importorskip("vllm_codemod.kernels.triton_impl")
+    assert [tf_mod.group_rows(q) for q in (1, 2, 7, 16, 17, 32, 48, 64, 71, 128)] == [
+        16, 16, 16, 16, 32, 32, 64, 64, 64, 64,
+    ]  # fmt: skip
+
+
+def test_run_picks_the_table_config(tf, monkeypatch):
+    """run() hands _launch the tables' config for the call's program count; the retry
+    wrapper passes k3d only where Triton has tl.permute."""
+    seen = []
+    real_launch = tf._launch
+
+    def recording_launch(c, config, k3d):
+        if config is None:  # what _launch itself would pick
+            num_seqs, num_heads, head_size = c.query.shape
+            g_pad = tf.group_rows(num_heads // c.num_kv_heads)
+            n_gc = -(-(num_heads // c.num_kv_heads) // g_pad)
+            programs = num_seqs * c.num_kv_heads * n_gc * c.num_partitions
+            d_pad = max(16, 1 << (head_size - 1).bit_length())
+            config = launch_tables.pick_config(programs, d_pad, g_pad, k3d)
+        seen.append((config, k3d))
+
+    assert real_launch is not None
+    monkeypatch.setattr(tf, "_launch", recording_launch)
+    lt = launch_tables
+    tf.run(_decode_call())  # 2 seqs x 2 kv heads x 2 partitions
+    tf.run(_decode_call(heads=64, kv_heads=1))  # 64 rows: the wide-group config
+    tf.run(_decode_call(heads=4, kv_heads=2, head_size=256))
+    tf.run(_decode_call(head_size=80))  # padded to 128
+    explicit = lt.LaunchConfig(16, 2, 1, k3d=False)
+    tf.run(_decode_call(), explicit)
+    assert seen == [
+        (lt.K3D_CONFIGS[128], True),
+        (lt.K3D_WIDE_GROUP_CONFIG, True),
+        (lt.K3D_CONFIGS[256], True),
+        (lt.K3D_CONFIGS[128], True),
+        (explicit, True),
+    ]
+    lt.set_config_override((32, 1, 1))
+    try:
+        tf.run(_decode_call())
+        assert seen[-1] == (lt.LaunchConfig(32, 1, 1), True)  # the override, passed down
+    finally:
+        lt.set_config_override(None)
+    monkeypatch.setattr(tf, "HAS_PERMUTE", False)  # Triton 2.x: never the k3d load
+    tf.run(_decode_call())
+    assert seen[-1] == (lt.DEFAULT_CONFIGS[128], False)
+
+
+def test_k3d_failure_retries_with_2d_load(tf, monkeypatch, caplog):
+    """A Triton that has tl.permute but cannot compile the k3d kernel: one log record, the
+    same call completes with the 2-D load, and later calls go straight to it."""
+    launches = []
+
+    def fake_launch(c, config, k3d):
+        launches.append(k3d)
+        if k3d:
+            raise RuntimeError("fake k3d compile error")
+
+    monkeypatch.setattr(tf, "_launch", fake_launch)
+    caplog.set_level(logging.INFO, logger=kernel_log.name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tf.run(_decode_call())
+    assert launches == [True, False]
+    assert not tf.k3d_enabled()
+    tf.run(_decode_call())
+    assert launches == [True, False, False]
+    records = _kernel_log(caplog)
+    assert len(records) == 1 and records[0].levelno == logging.WARNING
+    assert "k3d Triton kernel failed" in records[0].getMessage()
+    assert "fake k3d compile error" in records[0].getMessage()
+
+
+def test_k3d_stays_on_when_both_loads_fail(tf, monkeypatch):
+    """A failure that is not k3d's (the 2-D retry fails too) is raised for the dispatcher
+    to handle, and k3d is not switched off for other calls."""
+    launches = []
+
+    def fake_launch(c, config, k3d):
+        launches.append(k3d)
+        raise RuntimeError("fake compile error")
+
+    monkeypatch.setattr(tf, "_launch", fake_launch)
+    with pytest.raises(RuntimeError, match="fake compile error"):
+        tf.run(_decode_call())
+    assert launches == [True, False]
+    assert tf.k3d_enabled()
+
+
+def test_unsupported_layout_is_not_retried(tf, monkeypatch):
+    launches = []
+
+    def fake_launch(c, config, k3d):
+        launches.append(k3d)
+        raise tf.UnsupportedLayout("strided")
+
+    monkeypatch.setattr(tf, "_launch", fake_launch)
+    with pytest.raises(tf.UnsupportedLayout):
+        tf.run(_decode_call())
+    assert launches == [True]
+    assert tf.k3d_enabled()
+
+
+def test_strided_query_is_an_unsupported_layout(tf):
+    c = _decode_call()
+    wide = torch.zeros(c.query.shape[0], c.query.shape[1], 2 * c.query.shape[2])
+    c = dataclasses.replace(c, query=wide.to(c.query.dtype)[:, :, ::2])
+    assert c.query.stride(2) == 2
+    with pytest.raises(tf.UnsupportedLayout, match="dense"):
+        tf._launch(c, launch_tables.K3D_CONFIGS[128], True)
+    assert tf._plans == {}
+
+
+@pytest.mark.parametrize("which", ["partition", "reduce"])
+def test_plan_arguments_follow_the_kernel_signature(tf, which):
+    """The fast path passes runtime arguments, then the constexpr values, positionally: the
+    constexprs must be in the kernel's order and the runtime arguments fill the rest."""
+    plan = tf._Plan(_decode_call(alibi=True), launch_tables.K3D_CONFIGS[128], True)
+    kernel = getattr(plan, which)
+    params = kernel.fn.params
+    assert list(kernel.constexprs) == [p.name for p in params if p.is_constexpr]
+    assert kernel.const_values == tuple(kernel.constexprs.values())
+    runtime = [p.name for p in params if not p.is_constexpr]
+    if which == "partition":
+        head = ["exp_sums_ptr", "max_logits_ptr", "tmp_out_ptr", "q_ptr", "k_cache_ptr"]
+        head += ["v_cache_ptr", "block_tables_ptr", "seq_lens_ptr", "alibi_ptr", "scale"]
+        strides = plan.part_strides
+    else:
+        head = ["out_ptr", "exp_sums_ptr", "max_logits_ptr", "tmp_out_ptr", "seq_lens_ptr"]
+        strides = plan.reduce_strides
+    assert runtime[: len(head)] == head
+    assert len(runtime) == len(head) + len(strides)
+    assert all(p.is_constexpr for p in params[len(runtime) :])  # constexprs last
+
+
+@pytest.mark.parametrize(
+    "heads, kv_heads, g_pad, n_gc",
+    [(8, 2, 16, 1), (28, 4, 16, 1), (32, 1, 32, 1), (64, 1, 64, 1), (71, 1, 64, 2),
+     (128, 2, 64, 1), (4, 4, 16, 1)],
+)  # fmt: skip
+def test_plan_group_chunks_and_grids(tf, heads, kv_heads, g_pad, n_gc):
+    c = _decode_call(lens=(100, 3, 1100), heads=heads, kv_heads=kv_heads, head_size=80)
+    plan = tf._Plan(c, launch_tables.LaunchConfig(32, 2, 1, True, 1, True), True)
+    part = plan.partition.constexprs
+    assert (part["G_PAD"], part["QUERIES_PER_KV"], plan.n_gc) == (g_pad, heads // kv_heads, n_gc)
+    assert plan.partition.grid == (3 * kv_heads * n_gc, 3, 1)  # 1100 tokens: 3 partitions
+    assert (part["HEAD_SIZE"], part["D_PAD"], part["X"], part["BLOCK_SIZE"]) == (80, 128, 8, 16)
+    assert (part["TILE"], part["PREFETCH"], part["EARLY_V"], part["K_3D"]) == (32, 1, True, True)
+    assert plan.partition.options == {"num_warps": 2, "num_stages": 1}
+    assert plan.reduce.grid == (3 * heads, 128 // 32, 1)
+    assert plan.part_strides[:2] == (kv_heads, n_gc)
+
+
+def test_plan_constants(tf, monkeypatch):
+    lt = launch_tables
+    fp32 = tf._Plan(_decode_call(dtype=torch.float32), lt.LaunchConfig(128, 4, 1), True)
+    assert fp32.partition.constexprs["TILE"] == 64  # the 3-pass fp32 product caps the tile
+    assert fp32.partition.constexprs["F32_SPLIT"] is True
+    bf16 = tf._Plan(_decode_call(alibi=True), lt.LaunchConfig(128, 4, 1, False, 2), True)
+    part = bf16.partition.constexprs
+    assert (part["TILE"], part["F32_SPLIT"], part["USE_ALIBI"]) == (128, False, True)
+    assert part["K_3D"] is False  # the config says 2-D, whatever the Triton
+    assert part["CONTIG_HINTS"] is True  # vLLM's dense cache layout
+    no_k3d = tf._Plan(_decode_call(), lt.K3D_CONFIGS[128], False)
+    assert no_k3d.partition.constexprs["K_3D"] is False  # Triton without tl.permute
+    red = bf16.reduce.constexprs
+    assert red["SINGLE_PASS"] is True and red["P_MAX"] == 16 and red["D_BLK"] == 32
+    monkeypatch.setattr(tf, "REDUCE_SINGLE_PASS_MAX", 1)
+    chunked = tf._Plan(_decode_call(), lt.K3D_CONFIGS[128], True)
+    assert chunked.reduce.constexprs["SINGLE_PASS"] is False  # 2 partitions > 1
+
+
+class _FakeCompiled:
+    def __init__(self, fail=False):
+        self.fail, self.launches = fail, []
 
     def __getitem__(self, grid):
-        def launch(*args, **kwargs):
-            if self.fail_when(kwargs):
-                raise RuntimeError("fake compile error")
-            self.launches.append(kwargs)
+        def launch(*args):
+            if self.fail:
+                raise TypeError("launcher takes other arguments")
+            self.launches.append((grid, args))
 
         return launch
 
 
-def _k3d_call_args():
-    a = make_inputs([700, 3], 8, 2, 128, 16, torch.bfloat16)
-    keys = (
-        "out exp_sums max_logits tmp_out query key_cache value_cache num_kv_heads scale "
-        "block_tables seq_lens block_size max_seq_len alibi_slopes"
-    ).split()
-    return {k: a[k] for k in keys}
+class _FakeJit:
+    """Stands in for a @triton.jit kernel: records plain launches, returns a handle."""
+
+    def __init__(self, real, compiled):
+        self.params = real.params
+        self.compiled, self.launches = compiled, []
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            self.launches.append((grid, args, kwargs))
+            return self.compiled
+
+        return launch
 
 
-def test_k3d_failure_retries_with_2d_load(monkeypatch):
-    """A Triton that has tl.permute but cannot compile the k3d kernel: one warning, the same
-    call completes with the 2-D load, and later calls use the 2-D tables."""
-    pytest.importorskip("triton")
-    from vllm_codemod.kernels import triton_impl
-
-    part = _FakeKernel(lambda kw: kw["K_3D"])
-    reduce = _FakeKernel(lambda kw: False)
-    monkeypatch.setattr(triton_impl, "HAS_PERMUTE", True)
-    monkeypatch.setitem(triton_impl._k3d_state, "disabled", False)
-    monkeypatch.setattr(triton_impl, "_pa_v2_partition_kernel", part)
-    monkeypatch.setattr(triton_impl, "_pa_v2_reduce_kernel", reduce)
-    with pytest.warns(RuntimeWarning, match="k3d Triton kernel failed"):
-        triton_impl.paged_attention_v2_triton(**_k3d_call_args())
-    assert [kw["K_3D"] for kw in part.launches] == [False]
-    assert len(reduce.launches) == 1
-    assert not triton_impl.k3d_enabled()
-    assert triton_impl.pick_config(512, 128) == triton_impl.DEFAULT_CONFIGS[128]
-    triton_impl.paged_attention_v2_triton(**_k3d_call_args())  # no second warning
-    assert [kw["K_3D"] for kw in part.launches] == [False, False]
+def _fake_kernels(tf, monkeypatch, fail=False):
+    fakes = {}
+    for name in ("_pa_v2_partition_kernel", "_pa_v2_reduce_kernel"):
+        fakes[name] = _FakeJit(getattr(tf, name), _FakeCompiled(fail))
+        monkeypatch.setattr(tf, name, fakes[name])
+    return fakes["_pa_v2_partition_kernel"], fakes["_pa_v2_reduce_kernel"]
 
 
-def test_k3d_stays_on_when_both_loads_fail(monkeypatch):
-    """A failure that is not k3d's (the 2-D retry fails too) is raised for the dispatcher
-    to handle, and k3d is not switched off for other calls."""
-    pytest.importorskip("triton")
-    from vllm_codemod.kernels import triton_impl
+def test_launch_plain_then_compiled_fast_path(tf, monkeypatch):
+    part, red = _fake_kernels(tf, monkeypatch)
+    config = launch_tables.LaunchConfig(64, 4, 1, True, 0, True)
+    c = _decode_call(lens=(700, 3))
+    tf._launch(c, config, True)
+    ((grid, args, kwargs),) = part.launches
+    assert grid == (2 * 2, 2, 1)  # 2 seqs x 2 kv heads, 2 partitions of 512
+    assert kwargs["num_warps"] == 4 and kwargs["num_stages"] == 1
+    assert kwargs["K_3D"] is True and kwargs["TILE"] == 64
+    assert args[:4] == (c.exp_sums, c.max_logits, c.tmp_out, c.query)
+    assert args[7] is c.seq_lens and args[8] is c.seq_lens  # no ALiBi: a placeholder pointer
+    ((rgrid, rargs, rkwargs),) = red.launches
+    assert rgrid == (2 * 8, 4, 1) and rargs[0] is c.out and rkwargs["num_warps"] == 4
+    tf._launch(c, config, True)  # same plan: the compiled handles, positional constexprs
+    assert len(part.launches) == 1 and len(red.launches) == 1
+    plan = next(iter(tf._plans.values()))
+    ((grid2, args2),) = part.compiled.launches
+    assert grid2 == grid and args2 == args + plan.partition.const_values
+    ((rgrid2, rargs2),) = red.compiled.launches
+    assert rgrid2 == rgrid and rargs2 == rargs + plan.reduce.const_values
+    assert len(tf._plans) == 1
+    other = _decode_call(lens=(3,))  # another shape: another plan, a plain launch first
+    tf._launch(other, config, True)
+    assert len(tf._plans) == 2 and len(part.launches) == 2
+    assert part.launches[-1][0] == (2, 1, 1)
 
-    monkeypatch.setattr(triton_impl, "HAS_PERMUTE", True)
-    monkeypatch.setitem(triton_impl._k3d_state, "disabled", False)
-    monkeypatch.setattr(triton_impl, "_pa_v2_partition_kernel", _FakeKernel(lambda kw: True))
-    with pytest.raises(RuntimeError, match="fake compile error"):
-        triton_impl.paged_attention_v2_triton(**_k3d_call_args())
-    assert triton_impl.k3d_enabled()
+
+def test_plan_key_separates_what_triton_specializes_on(tf):
+    c = _decode_call()
+    config = launch_tables.K3D_CONFIGS[128]
+    key = tf._plan_key(c, config, True)
+    assert tf._plan_key(_decode_call(), config, True) == key  # same shapes, other tensors
+    assert tf._plan_key(c, config, False) != key
+    assert tf._plan_key(c, config._replace(tile=32), True) != key
+    assert tf._plan_key(_decode_call(alibi=True), config, True) != key
+    other_lens = dataclasses.replace(c, seq_lens=torch.tensor([600, 900], dtype=torch.int32))
+    assert tf._plan_key(other_lens, config, True) == key  # lengths are runtime values
+    assert tf._plan_key(dataclasses.replace(c, max_seq_len=1100), config, True) != key
+    misaligned = dataclasses.replace(c, query=torch.empty(c.query.numel() + 1).to(c.query.dtype))
+    misaligned.query = misaligned.query[1:].view(c.query.shape)
+    assert misaligned.query.data_ptr() % 16 != 0
+    assert tf._plan_key(misaligned, config, True) != key
+
+
+def test_launch_fast_path_failure_falls_back_to_plain_launches(tf, monkeypatch, caplog):
+    part, red = _fake_kernels(tf, monkeypatch, fail=True)
+    caplog.set_level(logging.INFO, logger=kernel_log.name)
+    c = _decode_call()
+    config = launch_tables.K3D_CONFIGS[128]
+    tf._launch(c, config, True)
+    tf._launch(c, config, True)  # the launcher raises: plain launch, fast path off
+    assert len(part.launches) == 2 and tf._fast["enabled"] is False
+    tf._launch(c, config, True)
+    assert len(part.launches) == 3 and len(red.launches) == 3
+    assert len(_kernel_log(caplog)) == 1
+
+
+def test_launch_with_fast_path_off_always_launches_plainly(tf, monkeypatch):
+    part, red = _fake_kernels(tf, monkeypatch)
+    monkeypatch.setitem(tf._fast, "enabled", False)
+    c = _decode_call()
+    for _ in range(3):
+        tf._launch(c, launch_tables.DEFAULT_CONFIGS[128], False)
+    assert len(part.launches) == 3 and part.compiled.launches == []
+    assert len(red.launches) == 3 and red.compiled.launches == []
+
+
+def test_plan_cache_is_bounded(tf, monkeypatch):
+    _fake_kernels(tf, monkeypatch)
+    monkeypatch.setattr(tf, "_MAX_PLANS", 2)
+    config = launch_tables.K3D_CONFIGS[128]
+    for lens in ((700,), (700, 3), (700, 3, 5)):
+        tf._launch(_decode_call(lens=lens), config, True)
+    assert len(tf._plans) == 1  # cleared when full, then the new plan

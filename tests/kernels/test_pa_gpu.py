@@ -1,34 +1,63 @@
-"""The Triton path on a CUDA device against the float64 reference (skipped without one)."""
+"""The Triton path on a CUDA device against the float64 reference (skipped without one).
+
+Every distinct set of kernel constants costs a Triton compile (seconds), and the whole
+file runs in one short device session, so the default run reuses a few shapes (mostly
+32 query / 8 kv heads, head 128, bf16, block 16) and the broad sweeps (every head size x
+dtype, the whole GQA x ALiBi x block-size grid, every tuning config) run only with
+``VLLM_CODEMOD_GPU_FULL=1``.
+"""
 
 from __future__ import annotations
 
 import importlib.util
+import os
 
 import pytest
 
 torch = pytest.importorskip("torch")  # the CPU suite runs without torch too
 from pa_helpers import make_inputs, rel_err, tolerance  # noqa: E402
 
-from vllm_codemod.kernels import dispatch  # noqa: E402
+from vllm_codemod.kernels import call as call_mod  # noqa: E402
+from vllm_codemod.kernels import dispatch, launch_tables  # noqa: E402
+from vllm_codemod.kernels.launch_tables import LaunchConfig  # noqa: E402
 from vllm_codemod.kernels.reference import reference_paged_attention, reference_partitions  # noqa: E402
 
 HAS_TRITON = importlib.util.find_spec("triton") is not None
+HAS_GPU = torch.cuda.is_available() and HAS_TRITON
+FULL = os.environ.get("VLLM_CODEMOD_GPU_FULL") == "1"
 pytestmark = [
     pytest.mark.gpu,
-    pytest.mark.skipif(
-        not (torch.cuda.is_available() and HAS_TRITON), reason="needs a CUDA device and Triton"
-    ),
+    pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA device and Triton"),
 ]
+full_only = pytest.mark.skipif(not FULL, reason="broad sweep: set VLLM_CODEMOD_GPU_FULL=1")
 
-HEAD_SIZES = [32, 64, 80, 96, 112, 120, 128, 192, 256]
+RAGGED = [1, 15, 16, 17, 511, 512, 513, 1000, 4096, 8191, 16384, 20000, 32768, 777, 3, 12345]
 
 
-def _run_and_check(a, dtype, backend="triton"):
-    path = dispatch.paged_attention_v2_with_path(**a, backend=backend)
-    torch.cuda.synchronize()
-    assert path == backend
-    assert not torch.isnan(a["out"]).any(), "some element of out was never written"
-    ref = reference_paged_attention(
+def _triton_impl():
+    from vllm_codemod.kernels import triton_impl
+
+    return triton_impl
+
+
+@pytest.fixture
+def fresh_plans(monkeypatch):
+    """An empty plan cache for this test: a plan keeps the reduce variant and constants it
+    was built with, so tests that patch module constants must not reuse older plans."""
+    ti = _triton_impl()
+    monkeypatch.setattr(ti, "_plans", {})
+    return ti._plans
+
+
+@pytest.fixture
+def override():
+    """Force a LaunchConfig for the test's launches; the tables are restored afterwards."""
+    yield launch_tables.set_config_override
+    launch_tables.set_config_override(None)
+
+
+def _reference(a):
+    return reference_paged_attention(
         a["query"],
         a["key_cache"],
         a["value_cache"],
@@ -37,7 +66,14 @@ def _run_and_check(a, dtype, backend="triton"):
         a["scale"],
         a["alibi_slopes"],
     )
-    err = rel_err(a["out"], ref)
+
+
+def _run_and_check(a, dtype, backend="triton"):
+    path = dispatch.paged_attention_v2_with_path(**a, backend=backend)
+    torch.cuda.synchronize()
+    assert path == backend
+    assert not torch.isnan(a["out"]).any(), "some element of out was never written"
+    err = rel_err(a["out"], _reference(a))
     assert err < tolerance(dtype), err
     return err
 
@@ -61,19 +97,59 @@ def _check_partition_buffers(a, s):
     assert rel_err(a["tmp_out"][s, :, :n], tmp) < 1e-4
 
 
-@pytest.mark.parametrize("head_size", HEAD_SIZES)
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
-def test_triton_head_sizes_and_dtypes(head_size, dtype):
-    bs = {32: 8, 64: 16, 80: 32, 96: 16, 112: 8, 120: 16, 128: 32, 192: 16, 256: 16}[head_size]
+def _positional(a, style="0.8"):
+    """vLLM's positional argument tuple: 0.8-style (17: k_scale, v_scale) or 0.4-style
+    (16: one kv_scale in the k_scale slot)."""
+    head = [a[k] for k in ("out", "exp_sums", "max_logits", "tmp_out", "query", "key_cache")]
+    head += [a[k] for k in ("value_cache", "num_kv_heads", "scale", "block_tables", "seq_lens")]
+    head += [a["block_size"], a["max_seq_len"], a["alibi_slopes"], "auto"]
+    return tuple(head + ([1.0, 1.0] if style == "0.8" else [1.0]))
+
+
+# Head sizes x dtypes: the quick set covers padded (80), small (64), the common (128) and
+# the largest (256) head, each cache dtype at least once.
+QUICK_HEAD_DTYPES = [
+    (64, "float32"),
+    (80, "bfloat16"),
+    (128, "bfloat16"),
+    (128, "float16"),
+    (256, "bfloat16"),
+]
+ALL_HEAD_DTYPES = [
+    (h, d)
+    for h in (32, 64, 80, 96, 112, 120, 128, 192, 256)
+    for d in ("bfloat16", "float16", "float32")
+]
+
+
+@pytest.mark.parametrize(
+    "head_size,dtype_name",
+    [
+        pytest.param(h, d, marks=[] if (h, d) in QUICK_HEAD_DTYPES else [full_only])
+        for h, d in ALL_HEAD_DTYPES
+    ],
+)
+def test_triton_head_sizes_and_dtypes(head_size, dtype_name):
+    dtype = getattr(torch, dtype_name)
+    bs = 16 if not FULL else {32: 8, 64: 16, 80: 32, 96: 16, 112: 8, 120: 16}.get(head_size, 16)
     a = make_inputs(
-        [1, 512, 1537, 900], 8, 2, head_size, bs, dtype, "cuda", extra_partitions=2, seed=head_size
+        [1, 512, 1537, 900], 32, 8, head_size, bs, dtype, "cuda", extra_partitions=2, seed=head_size
     )
     _run_and_check(a, dtype)
 
 
-@pytest.mark.parametrize("group", [1, 4, 8, 32])
-@pytest.mark.parametrize("alibi", [False, True])
-@pytest.mark.parametrize("block_size", [8, 16, 32])
+QUICK_GQA = [(4, False, 16), (1, False, 8), (8, True, 32)]
+
+
+@pytest.mark.parametrize(
+    "group,alibi,block_size",
+    [
+        pytest.param(g, al, bs, marks=[] if (g, al, bs) in QUICK_GQA else [full_only])
+        for g in (1, 4, 8, 32)
+        for al in (False, True)
+        for bs in (8, 16, 32)
+    ],
+)
 def test_triton_gqa_alibi_block_sizes(group, alibi, block_size):
     a = make_inputs(
         [3, 1024, 2049], 2 * group, 2, 128, block_size, torch.bfloat16, "cuda", alibi=alibi
@@ -81,29 +157,32 @@ def test_triton_gqa_alibi_block_sizes(group, alibi, block_size):
     _run_and_check(a, torch.bfloat16)
 
 
-def test_triton_partition_buffers_follow_vllm_semantics():
-    a = make_inputs([1800, 600], 8, 2, 64, 16, torch.float32, "cuda", alibi=True)
+@pytest.mark.parametrize("block_size", [16] + ([8, 32] if FULL else []))
+def test_triton_partition_buffers_follow_vllm_semantics(block_size):
+    """The Triton path writes vLLM's partition buffers as vLLM's CUDA kernel does."""
+    a = make_inputs([1800, 600, 129], 8, 2, 64, block_size, torch.float32, "cuda", alibi=True)
     _run_and_check(a, torch.float32)
-    for s in range(2):
+    for s in range(3):
         _check_partition_buffers(a, s)
 
 
 def test_triton_matches_torch_path_on_gpu():
-    a = make_inputs([5000, 17], 16, 4, 128, 16, torch.float16, "cuda", seed=7)
+    a = make_inputs([5000, 17], 32, 8, 128, 16, torch.float16, "cuda", seed=7)
     b = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in a.items()}
     _run_and_check(a, torch.float16, "triton")
     _run_and_check(b, torch.float16, "torch")
     assert rel_err(a["out"], b["out"].double()) < 2e-3
 
 
-def test_triton_100k_gqa():
-    a = make_inputs([100_000, 70_001], 16, 4, 128, 16, torch.bfloat16, "cuda", seed=11)
+def test_triton_ragged_batch():
+    """Sixteen sequences from 1 token to 32K (partition and block edges on both sides)."""
+    a = make_inputs(RAGGED, 32, 8, 128, 16, torch.bfloat16, "cuda", seed=17)
     _run_and_check(a, torch.bfloat16)
 
 
 def test_auto_path_is_triton_on_gpu(monkeypatch):
     monkeypatch.delenv(dispatch.BACKEND_ENV, raising=False)
-    a = make_inputs([700], 8, 2, 128, 16, torch.bfloat16, "cuda")
+    a = make_inputs([700], 32, 8, 128, 16, torch.bfloat16, "cuda")
     assert dispatch.paged_attention_v2_with_path(**a) == "triton"
 
 
@@ -115,199 +194,287 @@ def test_selfcheck_on_gpu():
     assert {r["path"] for r in results} == {"triton"}
 
 
-@pytest.mark.parametrize(
-    "config",
-    [
-        (16, 1, 2, True),
-        (16, 2, 2, True),
-        (64, 2, 1, False),
-        (32, 1, 1, True),
-        (64, 4, 2, True),
-        (16, 1, 1, False),
-        (16, 1, 1, False, 1, 1),
-        (16, 1, 1, True, 1, 1),
-        (32, 2, 1, True, 1, 1),
-        (16, 2, 1, True, 1, 2),
-        (32, 4, 1, True, 1, 2),
-        (32, 2, 1, True, 2, 1),
-        (16, 1, 1, False, 1, 0, True),
-        (16, 1, 2, True, 1, 0, True),
-        (32, 4, 1, True, 1, 0, True),
-        (32, 2, 1, True, 1, 2, True),
-        (64, 2, 1, True, 2, 1, True),
-    ],
-)
-@pytest.mark.parametrize("head_size", [80, 128, 256])
-def test_triton_tuning_configs(config, head_size):
-    from vllm_codemod.kernels import triton_impl
-
-    triton_impl.set_config_override(config)
-    try:
-        a = make_inputs([1, 700, 2600], 8, 2, head_size, 16, torch.bfloat16, "cuda", alibi=True)
-        _run_and_check(a, torch.bfloat16)
-    finally:
-        triton_impl.set_config_override(None)
+@pytest.mark.parametrize("style", ["0.8", "0.4", "0.4-keywords"])
+def test_entry_point_with_vllm_positional_arguments(monkeypatch, style):
+    """vLLM passes everything positionally: 17 arguments since 0.5 (k_scale, v_scale),
+    16 in 0.4 (one kv_scale); 0.4 callers by keyword use context_lens/max_context_len."""
+    ti = _triton_impl()
+    launches = []
+    real_run = ti.run
+    monkeypatch.setattr(ti, "run", lambda c, config=None: launches.append(1) or real_run(c, config))
+    a = make_inputs([700, 1300, 33], 32, 8, 128, 16, torch.bfloat16, "cuda", seed=3)
+    if style == "0.4-keywords":
+        kw = dict(a)
+        kw["context_lens"] = kw.pop("seq_lens")
+        kw["max_context_len"] = kw.pop("max_seq_len")
+        kw["exp_sum"] = kw.pop("exp_sums")
+        dispatch.paged_attention_v2(**kw, kv_scale=1.0)
+    else:
+        dispatch.paged_attention_v2(*_positional(a, style))
+    torch.cuda.synchronize()
+    assert launches == [1], "the entry point did not take the Triton path"
+    assert rel_err(a["out"], _reference(a)) < tolerance(torch.bfloat16)
 
 
-@pytest.mark.parametrize("junk", [-1, 2**31 - 1])
-@pytest.mark.parametrize("prefetch", [0, 1, 2])
-def test_triton_table_junk_past_the_sequence_is_never_followed(junk, prefetch):
-    """Block-table entries past a sequence's last block can hold anything (vLLM reuses
-    the table's rows); none of them may become a K/V address, with or without the
-    block-id prefetch."""
-    from vllm_codemod.kernels import triton_impl
-
-    a = make_inputs([700, 1, 513, 1600], 8, 2, 128, 16, torch.bfloat16, "cuda", seed=5)
-    for s, n in enumerate(a["seq_lens"].tolist()):
-        a["block_tables"][s, -(-n // 16) :] = junk
-    triton_impl.set_config_override((32, 2, 1, True, 1, prefetch, True))
-    try:
-        _run_and_check(a, torch.bfloat16)
-    finally:
-        triton_impl.set_config_override(None)
+def test_two_calls_are_bit_identical():
+    a = make_inputs([4000, 1, 513], 32, 8, 128, 16, torch.bfloat16, "cuda", seed=19)
+    dispatch.paged_attention_v2(*_positional(a))
+    first = a["out"].clone()
+    a["out"].fill_(float("nan"))
+    dispatch.paged_attention_v2(*_positional(a))
+    torch.cuda.synchronize()
+    assert torch.equal(first, a["out"])
 
 
-@pytest.mark.parametrize(
-    "config",
-    [
-        None,
-        (32, 4, 1, True, 1, 0, True),
-        (32, 4, 1, True, 1, 1, True),
-        (16, 4, 1, True, 1, 0, True),
-        (64, 4, 1, True, 1, 0, True),
-    ],
-)
-@pytest.mark.parametrize("heads", [(32, 1), (48, 1), (71, 1), (128, 2)])
-def test_triton_large_groups(config, heads):
-    """32-71 query heads per kv head (MQA models): 32-64 rows per program, in one or two
-    group chunks."""
-    from vllm_codemod.kernels import triton_impl
-
-    triton_impl.set_config_override(config)
-    try:
-        a = make_inputs([1800, 600, 129], *heads, 128, 16, torch.bfloat16, "cuda", seed=7)
-        _run_and_check(a, torch.bfloat16)
-    finally:
-        triton_impl.set_config_override(None)
-
-
-def test_triton_many_programs_config(monkeypatch):
-    from vllm_codemod.kernels import triton_impl
-
-    monkeypatch.setattr(triton_impl, "MANY_PROGRAMS", 0)
-    monkeypatch.setattr(triton_impl, "K3D_MANY_PROGRAMS", 0)
-    a = make_inputs([3000, 1, 513], 32, 8, 128, 16, torch.float16, "cuda")
-    _run_and_check(a, torch.float16)
+def test_cuda_graph_replay_follows_new_queries():
+    """vLLM captures decode steps in CUDA graphs: one captured entry-point call, replayed
+    with fresh query values copied into the captured tensor, is correct every time."""
+    a = make_inputs([700, 1300, 33, 2049], 32, 8, 128, 16, torch.bfloat16, "cuda", seed=23)
+    args = _positional(a)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):  # warm up off the capture: compile, plan, fast path
+        dispatch.paged_attention_v2(*args)
+        dispatch.paged_attention_v2(*args)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        dispatch.paged_attention_v2(*args)
+    gen = torch.Generator(device="cuda").manual_seed(29)
+    for _ in range(3):
+        q = torch.randn(a["query"].shape, device="cuda", generator=gen).to(torch.bfloat16)
+        a["query"].copy_(q)
+        a["out"].fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert not torch.isnan(a["out"]).any()
+        assert rel_err(a["out"], _reference(a)) < tolerance(torch.bfloat16)
 
 
-SPLIT_CONFIGS = [
+def test_compiled_launcher_fast_path(monkeypatch, fresh_plans):
+    """From the second call of a plan on, both kernels go through their compiled launchers
+    (no Triton argument binding); the result is identical to plain launches."""
+    ti = _triton_impl()
+    if ti.TRITON_MAJOR < 3:
+        pytest.skip("the compiled-launcher fast path needs Triton >= 3")
+    monkeypatch.setitem(ti._fast, "enabled", True)
+    a = make_inputs([3000, 17, 512], 32, 8, 128, 16, torch.bfloat16, "cuda", seed=31)
+    c = call_mod.build((), dict(a))
+    ti.run(c)
+    (plan,) = fresh_plans.values()
+    assert plan.partition.compiled is not None and plan.reduce.compiled is not None
+
+    plain_launches = []
+
+    class Counting:
+        def __init__(self, fn):
+            self.fn = fn
+
+        def __getitem__(self, grid):
+            plain_launches.append(grid)
+            return self.fn[grid]
+
+    for kernel in (plan.partition, plan.reduce):
+        monkeypatch.setattr(kernel, "fn", Counting(kernel.fn))
+    a["out"].fill_(float("nan"))
+    ti.run(c)
+    torch.cuda.synchronize()
+    assert plain_launches == [], "the second call went through Triton's plain launch"
+    assert ti._fast["enabled"], "the compiled launcher failed and was switched off"
+    fast_out = a["out"].clone()
+
+    monkeypatch.setitem(ti._fast, "enabled", False)
+    a["out"].fill_(float("nan"))
+    ti.run(c)
+    torch.cuda.synchronize()
+    assert len(plain_launches) == 2
+    assert torch.equal(fast_out, a["out"])
+    assert rel_err(fast_out, _reference(a)) < tolerance(torch.bfloat16)
+
+
+def test_two_interleaved_shapes_keep_two_plans(fresh_plans):
+    a = make_inputs([700, 1300], 32, 8, 128, 16, torch.bfloat16, "cuda", seed=37)
+    b = make_inputs([5000, 3, 90, 2048], 32, 8, 128, 16, torch.bfloat16, "cuda", seed=38)
+    ref_a, ref_b = _reference(a), _reference(b)
+    for _ in range(3):
+        for x, ref in ((a, ref_a), (b, ref_b)):
+            x["out"].fill_(float("nan"))
+            dispatch.paged_attention_v2(*_positional(x))
+            torch.cuda.synchronize()
+            assert rel_err(x["out"], ref) < tolerance(torch.bfloat16)
+    assert len(fresh_plans) == 2
+
+
+QUICK_CONFIGS = [(16, 1, 2, True), (32, 4, 1, True, 1, True)]
+TUNING_CONFIGS = [
+    (16, 1, 2, True),
+    (16, 2, 2, True),
+    (64, 2, 1, False),
+    (32, 1, 1, True),
+    (64, 4, 2, True),
+    (16, 1, 1, False),
+    (16, 1, 1, True, 1),
     (32, 2, 1, True, 2),
-    (16, 1, 2, True, 2),
-    (16, 1, 1, False, 2),
-    (64, 2, 1, True, 2),
-    (32, 2, 1, True, 4),
-    (16, 1, 2, True, 4),
-    (16, 2, 1, True, 4),
-    (32, 1, 1, True, 2),
+    (16, 1, 1, False, 0, True),
+    (16, 1, 2, True, 0, True),
+    (32, 4, 1, True, 0, True),
+    (32, 4, 1, True, 1, True),
+    (64, 2, 1, True, 2, True),
 ]
 
 
-@pytest.mark.parametrize("config", SPLIT_CONFIGS)
-@pytest.mark.parametrize("head_size", [80, 128, 256])
-def test_triton_split_configs(config, head_size):
-    """Split path: sub-partitions in scratch, folded into vLLM's buffers, then reduced."""
-    from vllm_codemod.kernels import triton_impl
+@pytest.mark.parametrize(
+    "config",
+    [pytest.param(c, marks=[] if c in QUICK_CONFIGS else [full_only]) for c in TUNING_CONFIGS],
+)
+@pytest.mark.parametrize("head_size", [128] + ([80, 256] if FULL else []))
+def test_triton_tuning_configs(config, head_size, override):
+    override(config)
+    a = make_inputs([1, 700, 2600], 32, 8, head_size, 16, torch.bfloat16, "cuda", alibi=True)
+    _run_and_check(a, torch.bfloat16)
 
-    triton_impl.set_config_override(config)
-    try:
-        a = make_inputs(
-            [1, 700, 2600, 257], 8, 2, head_size, 16, torch.bfloat16, "cuda", alibi=True
-        )
+
+@pytest.mark.parametrize("prefetch", [0, 1, 2])
+def test_triton_table_junk_past_the_sequence_is_never_followed(prefetch, override):
+    """Block-table entries past a sequence's last block can hold anything (vLLM reuses
+    the table's rows); none of them may become a K/V address, with or without the
+    block-id / K-V prefetch."""
+    a = make_inputs([700, 1, 513, 1600], 32, 8, 128, 16, torch.bfloat16, "cuda", seed=5)
+    override(LaunchConfig(32, 2, 1, True, prefetch, True))
+    for junk in (-1, 2**31 - 1):
+        for s, n in enumerate(a["seq_lens"].tolist()):
+            a["block_tables"][s, -(-n // 16) :] = junk
+        a["out"].fill_(float("nan"))
         _run_and_check(a, torch.bfloat16)
-    finally:
-        triton_impl.set_config_override(None)
 
 
-@pytest.mark.parametrize("split", [2, 4])
-@pytest.mark.parametrize("block_size", [8, 32])
-def test_triton_split_partition_buffers(split, block_size):
-    from vllm_codemod.kernels import triton_impl
-
-    triton_impl.set_config_override((16, 1, 2, True, split))
-    try:
-        a = make_inputs([1800, 600, 129], 8, 2, 64, block_size, torch.float32, "cuda", alibi=True)
-        _run_and_check(a, torch.float32)
-    finally:
-        triton_impl.set_config_override(None)
-    for s in range(3):
-        _check_partition_buffers(a, s)
+def _picked(fresh_plans):
+    """The launch configs of the plans built so far (key: ..., config, k3d, alignment)."""
+    return {key[-3] for key in fresh_plans}
 
 
-def test_triton_split_by_policy_100k(monkeypatch):
-    """The automatic choice takes the split path below the program threshold."""
-    from vllm_codemod.kernels import triton_impl
-
-    monkeypatch.setattr(triton_impl, "SPLIT_BELOW_PROGRAMS_PER_SM", 10_000)
-    dev = torch.device("cuda")
-    assert triton_impl.pick_config(392, 256, dev).split > 1
-    a = make_inputs([100_000], 16, 2, 256, 16, torch.bfloat16, "cuda", seed=12)
+@pytest.mark.parametrize("heads", [(48, 1), (128, 2)] + ([(32, 1), (71, 1)] if FULL else []))
+def test_triton_wide_groups_use_the_wide_table_entry(heads, fresh_plans):
+    """33-71 query heads per kv head (MQA models): 64 rows per program, in one or two
+    group chunks, with the wide-group config of the tables."""
+    ti = _triton_impl()
+    a = make_inputs([1800, 600, 129], *heads, 128, 16, torch.bfloat16, "cuda", seed=7)
     _run_and_check(a, torch.bfloat16)
-    b = make_inputs([30_000, 3], 32, 8, 128, 16, torch.float16, "cuda", seed=13)
-    _run_and_check(b, torch.float16)
-
-
-def test_triton_mid_programs_default():
-    """The default for 1024 <= programs < 4096 (one 100K sequence, 8 kv heads) is exact."""
-    from vllm_codemod.kernels import triton_impl
-
-    dev = torch.device("cuda")
     expected = (
-        triton_impl.K3D_CONFIGS[128] if triton_impl.HAS_PERMUTE else triton_impl.MID_PROGRAMS_CONFIG
+        launch_tables.K3D_WIDE_GROUP_CONFIG if ti.k3d_enabled() else launch_tables.WIDE_GROUP_CONFIG
     )
-    assert triton_impl.pick_config(1568, 128, dev) == expected
-    a = make_inputs([20_000, 1, 513, 19_999], 32, 8, 128, 16, torch.bfloat16, "cuda", seed=21)
+    assert _picked(fresh_plans) == {expected}
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        pytest.param(c, marks=[full_only])
+        for c in [
+            (32, 4, 1, True, 0, True),
+            (32, 4, 1, True, 1, True),
+            (16, 4, 1, True, 0, True),
+            (64, 4, 1, True, 0, True),
+        ]
+    ],
+)
+@pytest.mark.parametrize("heads", [(32, 1), (48, 1), (71, 1), (128, 2)])
+def test_triton_large_groups_configs(config, heads, override):
+    override(config)
+    a = make_inputs([1800, 600, 129], *heads, 128, 16, torch.bfloat16, "cuda", seed=7)
     _run_and_check(a, torch.bfloat16)
-    b = make_inputs([100_000], 32, 8, 128, 16, torch.bfloat16, "cuda", seed=22)
+
+
+def test_k3d_many_programs_tier(monkeypatch, fresh_plans):
+    """Past K3D_MANY_PROGRAMS the k3d table switches config (threshold lowered to 0 here, so
+    the float64 reference stays small); the wide-group tier likewise."""
+    ti = _triton_impl()
+    if not ti.k3d_enabled():
+        pytest.skip("the k3d tables need Triton >= 3")
+    monkeypatch.setattr(launch_tables, "K3D_MANY_PROGRAMS", 0)
+    a = make_inputs([3000, 1, 513], 32, 8, 128, 16, torch.float16, "cuda")
+    _run_and_check(a, torch.float16)
+    b = make_inputs([1800, 3], 64, 1, 128, 16, torch.bfloat16, "cuda", seed=2)
     _run_and_check(b, torch.bfloat16)
+    assert _picked(fresh_plans) == {
+        launch_tables.K3D_MANY_PROGRAMS_CONFIG,
+        launch_tables.K3D_WIDE_GROUP_MANY_CONFIG,
+    }
 
 
-@pytest.mark.parametrize("single_pass_max", [0, 256])
-def test_triton_reduce_chunked_and_single_pass(monkeypatch, single_pass_max):
+def test_triton_100k_takes_the_table_default(fresh_plans):
+    """One 100K sequence at 32/8/128 (1568 programs): the k3d head-128 default on Triton
+    >= 3, the mid-programs config of the 2-D tables before."""
+    ti = _triton_impl()
+    a = make_inputs([100_000], 32, 8, 128, 16, torch.bfloat16, "cuda", seed=22)
+    _run_and_check(a, torch.bfloat16)
+    k3d = ti.k3d_enabled()
+    expected = launch_tables.K3D_CONFIGS[128] if k3d else launch_tables.MID_PROGRAMS_CONFIG
+    assert launch_tables.pick_config(1568, 128, 16, k3d) == expected
+    assert _picked(fresh_plans) == {expected}
+
+
+@pytest.mark.parametrize(
+    "tier,lens,head_size",
+    [
+        ("default", [1800, 1, 513], 128),  # 3 x 8 x 4 = 96 programs
+        ("default", [1800, 1, 513], 256),
+        ("mid", [1800, 1, 513], 128),  # MANY_PROGRAMS lowered: mid tier
+        ("many", [1800, 1, 513], 128),  # both thresholds lowered: many tier
+    ],
+)
+def test_pre_triton3_tables(monkeypatch, fresh_plans, tier, lens, head_size):
+    """The launch tables older Triton gets (2-D K loads), run here with k3d off; the tiers
+    are reached by lowering their thresholds (small inputs keep the reference cheap)."""
+    ti = _triton_impl()
+    monkeypatch.setattr(ti, "HAS_PERMUTE", False)
+    if tier in ("mid", "many"):
+        monkeypatch.setattr(launch_tables, "MANY_PROGRAMS", 0)
+    if tier == "many":
+        monkeypatch.setattr(launch_tables, "MID_PROGRAMS_LIMIT", 0)
+    a = make_inputs(lens, 32, 8, head_size, 16, torch.bfloat16, "cuda", alibi=True, seed=41)
+    _run_and_check(a, torch.bfloat16)
+    expected = {
+        "default": launch_tables.DEFAULT_CONFIGS[head_size],
+        "mid": launch_tables.MID_PROGRAMS_CONFIG,
+        "many": launch_tables.MANY_PROGRAMS_CONFIG,
+    }[tier]
+    assert _picked(fresh_plans) == {expected}
+    assert {key[-2] for key in fresh_plans} == {False}  # the 2-D K load
+
+
+@pytest.mark.parametrize("many", [False, True])
+def test_pre_triton3_wide_groups(monkeypatch, fresh_plans, many):
+    """The 64-row configs older Triton gets (2-D K loads), both program-count tiers."""
+    ti = _triton_impl()
+    monkeypatch.setattr(ti, "HAS_PERMUTE", False)
+    if many:
+        monkeypatch.setattr(launch_tables, "MANY_PROGRAMS", 0)
+    a = make_inputs([20_000, 1, 513], 48, 1, 128, 16, torch.bfloat16, "cuda", seed=43)
+    _run_and_check(a, torch.bfloat16)
+    expected = launch_tables.WIDE_GROUP_MANY_CONFIG if many else launch_tables.WIDE_GROUP_CONFIG
+    assert _picked(fresh_plans) == {expected}
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+def test_triton_reduce_chunked_and_single_pass(monkeypatch, fresh_plans, chunked):
     """Both reduce variants: all partitions in one load, and the chunked loop (forced here;
-    by default it runs only past 256 partitions = 128K tokens)."""
-    from vllm_codemod.kernels import triton_impl
-
-    monkeypatch.setattr(triton_impl, "REDUCE_SINGLE_PASS_MAX", single_pass_max)
+    by default it runs only past REDUCE_SINGLE_PASS_MAX partitions)."""
+    ti = _triton_impl()
+    if chunked:
+        monkeypatch.setattr(ti, "REDUCE_SINGLE_PASS_MAX", 0)
     a = make_inputs([40_000, 1, 513, 17_000], 32, 8, 128, 16, torch.bfloat16, "cuda", seed=31)
     _run_and_check(a, torch.bfloat16)
+    (plan,) = fresh_plans.values()
+    assert plan.reduce.constexprs["SINGLE_PASS"] is (not chunked)
 
 
-def test_triton_long_sequence_chunked_reduce():
-    """Past 256 partitions the reduce loops over chunks by default."""
-    a = make_inputs([140_000, 700], 8, 1, 128, 32, torch.float16, "cuda", seed=32)
+def test_triton_long_sequence_chunked_reduce(fresh_plans):
+    """Past REDUCE_SINGLE_PASS_MAX partitions (128K tokens) the reduce loops over chunks by
+    default."""
+    ti = _triton_impl()
+    n = ti.REDUCE_SINGLE_PASS_MAX * 512 + 9_000
+    a = make_inputs([n, 700], 8, 1, 128, 32, torch.float16, "cuda", seed=32)
     _run_and_check(a, torch.float16)
-
-
-@pytest.mark.parametrize("heads", [(48, 1), (128, 2)])
-@pytest.mark.parametrize("many", [False, True])
-def test_triton_pre_triton3_wide_groups(monkeypatch, heads, many):
-    """The 64-row configs older Triton gets (2-D K loads), both program-count tiers (the
-    many-programs tier forced by a zero threshold, to keep the float64 reference small)."""
-    from vllm_codemod.kernels import triton_impl
-
-    monkeypatch.setattr(triton_impl, "HAS_PERMUTE", False)
-    if many:
-        monkeypatch.setattr(triton_impl, "MANY_PROGRAMS", 0)
-    a = make_inputs([20_000, 1, 513], *heads, 128, 16, torch.bfloat16, "cuda", seed=43)
-    _run_and_check(a, torch.bfloat16)
-
-
-@pytest.mark.parametrize("head_size", [64, 128, 256])
-@pytest.mark.parametrize("lens", [[20_000, 1, 513], [1500] * 40])
-def test_triton_pre_triton3_tables(monkeypatch, head_size, lens):
-    """The launch tables older Triton gets (2-D K loads), run here on Triton 3."""
-    from vllm_codemod.kernels import triton_impl
-
-    monkeypatch.setattr(triton_impl, "HAS_PERMUTE", False)
-    a = make_inputs(lens, 16, 4, head_size, 16, torch.bfloat16, "cuda", alibi=True, seed=41)
-    _run_and_check(a, torch.bfloat16)
+    (plan,) = fresh_plans.values()
+    assert plan.reduce.constexprs["SINGLE_PASS"] is False
