@@ -7,10 +7,11 @@
 # and a vllm/platforms package whose current_platform answers from torch.cuda.  The
 # tree's _custom_ops still needs vllm._C, so the vendor V1 kernel is reported unavailable.
 #
-#   OUT=/tmp/out BUDGET=150 bash benchmarks/tune_session.sh
+#   OUT=/tmp/out BUDGET=150 [SHAPES="--shape 32/8/128 ..."] bash benchmarks/tune_session.sh
 set -euo pipefail
 OUT=${OUT:-/tmp/vllm-codemod-tune}
 BUDGET=${BUDGET:-150}
+SHAPES=${SHAPES:---shape 32/8/128 --shape 16/2/256 --shape 40/40/128:alibi}
 mkdir -p "$OUT"
 SITE="$(mktemp -d)/site"
 cp -r vendor_fixtures/bi-v100/corex-0.8.3 "$SITE"
@@ -38,9 +39,9 @@ class _Cuda:
 
 current_platform = _Cuda()
 EOF
-vllm-codemod tune --site-packages "$SITE" --shape 32/8/128 --shape 16/2/256 \
-    --shape 40/40/128:alibi --max-num-seqs 1 --max-model-len 131072 --budget "$BUDGET" \
-    --output "$OUT/tuning-h200.json" 2>&1 | tee "$OUT/tune.log"
+# shellcheck disable=SC2086
+vllm-codemod tune --site-packages "$SITE" $SHAPES --max-num-seqs 1 --max-model-len 131072 \
+    --budget "$BUDGET" --output "$OUT/tuning-h200.json" 2>&1 | tee "$OUT/tune.log"
 vllm-codemod apply --site-packages "$SITE" --tuning "$OUT/tuning-h200.json" 2>&1 | tee -a "$OUT/tune.log"
 vllm-codemod check --site-packages "$SITE" 2>&1 | tee -a "$OUT/tune.log"
 vllm-codemod verify --site-packages "$SITE" 2>&1 | tee -a "$OUT/tune.log"
