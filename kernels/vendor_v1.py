@@ -44,7 +44,7 @@ class V1Unavailable(RuntimeError):
 def _bind() -> Callable[[DecodeCall], None]:
     if not __name__.startswith("vllm."):
         raise V1Unavailable("not inside a vLLM tree: there is no vendor V1 kernel to call")
-    from vllm import _custom_ops as ops  # the tree's own ops, imported on first use
+    from .. import _custom_ops as ops  # the tree's own vllm._custom_ops, on first use
 
     fn = getattr(ops, "paged_attention_v1", None)
     if fn is None:
