@@ -150,7 +150,7 @@ def run(c: DecodeCall, backend: Optional[str] = None) -> str:
         return "none"
     choice = _requested(backend)
     config = None
-    if choice == "auto" and c.query.is_cuda:
+    if choice == "auto":
         decision = tuned.decision(c)
         if decision is not None:
             if decision.backend == "v1" and _vendor_v1(c):

@@ -44,11 +44,16 @@ def _device_table(device: torch.device) -> Any:
     return devices[idx]
 
 
+def _capturing() -> bool:
+    """Whether this call is being captured into a CUDA graph (the graph winner applies)."""
+    return bool(torch.cuda.is_current_stream_capturing())
+
+
 def decision(c: DecodeCall) -> Optional[Any]:
     """The measured choice for this call (``tuning_table.Decision``), or None."""
     if _state["present"] is None:
         _state["present"] = os.path.isfile(TABLE_FILE)
-    if not _state["present"] or not c.query.is_cuda:
+    if not _state["present"] or c.query.device.type != "cuda":
         return None
     table = _device_table(c.query.device)
     if table is None:
@@ -62,5 +67,5 @@ def decision(c: DecodeCall) -> Optional[Any]:
         c.max_seq_len,
         c.key_cache.dtype,
         alibi=c.alibi_slopes is not None,
-        eager=not torch.cuda.is_current_stream_capturing(),
+        eager=not _capturing(),
     )

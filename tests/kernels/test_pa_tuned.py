@@ -1,0 +1,142 @@
+"""The entry point follows a shipped tuning table (``vllm-codemod tune`` ->
+``apply --tuning``): per call, the tree's V1 kernel or a launch config; without a table,
+or for a device the table does not name, nothing changes."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from pa_helpers import make_inputs  # noqa: E402  (this directory)
+
+from vllm_codemod.kernels import call as call_mod  # noqa: E402
+from vllm_codemod.kernels import dispatch, tuned, tuning_table, vendor_v1  # noqa: E402
+
+H200_TABLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "tuning-h200.json"
+
+
+@pytest.fixture
+def table(tmp_path, monkeypatch):
+    """The H200 table the tool produced (docs/examples), installed as the tree's table."""
+    path = tmp_path / "tuning.json"
+    shutil.copy(H200_TABLE, path)
+    monkeypatch.setattr(tuned, "TABLE_FILE", str(path))
+    monkeypatch.setattr(tuned, "_state", {"present": None, "table": None, "devices": {}})
+    monkeypatch.setattr(tuned, "_capturing", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    return path
+
+
+def _fake_cuda_call(heads, kv_heads, head_size, max_seq_len, alibi=False):
+    query = SimpleNamespace(device=torch.device("cuda", 0), shape=(1, heads, head_size))
+    return SimpleNamespace(
+        query=query,
+        num_kv_heads=kv_heads,
+        max_seq_len=max_seq_len,
+        key_cache=SimpleNamespace(dtype=torch.bfloat16),
+        alibi_slopes=object() if alibi else None,
+    )
+
+
+def test_the_h200_example_validates_and_covers_the_deployment_shape():
+    t = tuning_table.load(str(H200_TABLE))
+    device = t.for_device("NVIDIA H200")
+    assert device is not None and device.prefill_num_warps == 8
+    # Single-sequence decode up to 128K tokens, 32/8/128, measured at every length point.
+    for n in (512, 4096, 16384, 100_000, 131_072):
+        assert device.decide(1, 32, 8, 128, n, "bfloat16") is not None
+    assert device.decide(1, 32, 8, 128, 200_000, "bfloat16") is None  # past the grid
+
+
+def test_decisions_follow_the_table_for_this_device(table, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda idx=None: "NVIDIA H200")
+    short = tuned.decision(_fake_cuda_call(32, 8, 128, 1024))
+    assert short.backend == "v2" and tuple(short.config) == (64, 4, 1, True, 0, True)
+    long = tuned.decision(_fake_cuda_call(32, 8, 128, 100_000))
+    assert long.backend == "v2" and long.config is None  # the default won: built-in tables
+    assert tuned.decision(_fake_cuda_call(40, 40, 128, 8192, alibi=True)).config[1] == 1
+    assert tuned.decision(_fake_cuda_call(20, 4, 64, 1024)) is None  # shape not measured
+
+
+def test_another_device_keeps_the_defaults_with_one_log_line(table, monkeypatch, caplog):
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda idx=None: "Iluvatar BI-V100")
+    with caplog.at_level(logging.INFO):
+        assert tuned.decision(_fake_cuda_call(32, 8, 128, 1024)) is None
+        assert tuned.decision(_fake_cuda_call(32, 8, 128, 1024)) is None
+    assert len([r for r in caplog.records if "no entry for" in r.getMessage()]) == 1
+
+
+def test_without_a_table_there_is_no_decision(tmp_path, monkeypatch):
+    monkeypatch.setattr(tuned, "TABLE_FILE", str(tmp_path / "absent.json"))
+    monkeypatch.setattr(tuned, "_state", {"present": None, "table": None, "devices": {}})
+    assert tuned.decision(_fake_cuda_call(32, 8, 128, 1024)) is None
+
+
+def _cpu_call():
+    a = make_inputs([700], 8, 2, 64, 16, torch.float32)
+    return a, call_mod.build((), dict(a))
+
+
+def test_entry_point_hands_v1_ranges_to_the_trees_kernel(monkeypatch):
+    a, c = _cpu_call()
+    seen = []
+    monkeypatch.setattr(tuned, "decision", lambda call: tuning_table.Decision("v1", None))
+    monkeypatch.setattr(vendor_v1, "run", lambda call: seen.append(call))
+    assert dispatch.run(c) == "vendor-v1"
+    assert seen == [c]
+
+
+def test_v1_unavailable_falls_back_to_our_kernels_and_says_so_once(monkeypatch, caplog):
+    a, c = _cpu_call()
+    monkeypatch.setattr(tuned, "decision", lambda call: tuning_table.Decision("v1", None))
+    monkeypatch.setattr(dispatch, "_triton_state", {"checked": False, "module": None})
+
+    def unavailable(call):
+        raise vendor_v1.V1Unavailable("vllm._custom_ops has no paged_attention_v1")
+
+    monkeypatch.setattr(vendor_v1, "run", unavailable)
+    with caplog.at_level(logging.WARNING):
+        assert dispatch.run(c) == "torch"
+        assert dispatch.run(c) == "torch"
+    assert len([r for r in caplog.records if "vendor V1" in r.getMessage()]) == 1
+
+
+def test_entry_point_launches_the_tables_v2_config(monkeypatch):
+    a, c = _cpu_call()
+    launched = []
+
+    class FakeTriton:
+        from vllm_codemod.kernels.launch_tables import LaunchConfig
+
+        UnsupportedLayout = ValueError
+
+        @staticmethod
+        def run(call, config=None):
+            launched.append(config)
+
+    config = [64, 4, 1, True, 0, True]
+    monkeypatch.setattr(tuned, "decision", lambda call: tuning_table.Decision("v2", config))
+    monkeypatch.setattr(dispatch, "_triton_impl", lambda: FakeTriton)
+    monkeypatch.setattr(dispatch, "_choose", lambda call, choice: "triton")
+    assert dispatch.run(c) == "triton"
+    assert launched == [FakeTriton.LaunchConfig(*config)]
+
+
+def test_forced_backend_ignores_the_table(monkeypatch):
+    a, c = _cpu_call()
+    monkeypatch.setattr(tuned, "decision", lambda call: pytest.fail("table consulted"))
+    assert dispatch.run(c, backend="torch") == "torch"
+
+
+def test_vendor_v1_outside_a_tree_is_unavailable():
+    _, c = _cpu_call()
+    vendor_v1._state.update(bound=None, why=None)
+    with pytest.raises(vendor_v1.V1Unavailable, match="not inside a vLLM tree"):
+        vendor_v1.run(c)
+    vendor_v1._state.update(bound=None, why=None)
