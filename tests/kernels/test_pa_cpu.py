@@ -346,7 +346,7 @@ class _FakeTritonImpl:
         self.failing = set(failing)
         self.layout_failing = set(layout_failing)
 
-    def run(self, c):
+    def run(self, c, config=None):
         dtype = c.key_cache.dtype
         self.calls.append(dtype)
         if dtype in self.failing:
