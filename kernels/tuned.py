@@ -1,46 +1,67 @@
-"""The tuning table a tree may carry next to the kernels (``vllm-codemod tune`` measures
-it on the target device, ``apply --tuning`` ships it as ``tuning.json``).
+"""Tuning tables for the entry point: the tree's own (``vllm-codemod tune`` measures it
+on the target device, ``apply --tuning`` ships it as ``tuning.json``), then the tables
+bundled with the kernels for devices we measured ourselves (``tuning-<device>.json``,
+produced by the same command; the H200's).
 
 Read at the first call, never at import: vLLM forks its workers after importing these
-modules, and the device name needs CUDA.  A table with no entry for this device (by
-name) leaves the built-in defaults in charge, with one log line.  Without a table,
-behaviour is exactly the untuned one.
+modules, and the device name needs CUDA.  The first table with an entry for this device
+(by name) decides; with none, the built-in launch tables stay in charge (one log line).
+A table decides only the shapes, batch sizes and lengths it measured.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 import torch
 
 from .call import DecodeCall
 from .log import log
 
-TABLE_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tuning.json")
+_HERE = os.path.dirname(os.path.abspath(__file__))
+TABLE_FILE = os.path.join(_HERE, "tuning.json")
+#: Tables measured by the project (``tune`` on devices it could reach), after the tree's.
+BUNDLED_FILES = tuple(
+    os.path.join(_HERE, name)
+    for name in sorted(os.listdir(_HERE))
+    if name.startswith("tuning-") and name.endswith(".json")
+)
 
-_state: Dict[str, Any] = {"present": None, "table": None, "devices": {}}
+_state: Dict[str, Any] = {"present": None, "tables": None, "devices": {}}
+
+
+def _files() -> List[str]:
+    return [p for p in (TABLE_FILE,) + BUNDLED_FILES if os.path.isfile(p)]
+
+
+def _tables() -> List[Any]:
+    if _state["tables"] is None:
+        from . import tuning_table
+
+        tables = []
+        for path in _files():
+            try:
+                tables.append(tuning_table.load(path))
+            except Exception as exc:  # a damaged table must not take decode down
+                log.warning("vllm-codemod: ignoring %s (%s)", path, exc)
+        _state["tables"] = tables
+    return _state["tables"]
 
 
 def _device_table(device: torch.device) -> Any:
     idx = device.index if device.index is not None else torch.cuda.current_device()
     devices = _state["devices"]
     if idx not in devices:
-        from . import tuning_table
-
-        if _state["table"] is None:
-            try:
-                _state["table"] = tuning_table.load(TABLE_FILE)
-            except Exception as exc:  # a damaged table must not take decode down
-                log.warning("vllm-codemod: ignoring %s (%s); built-in defaults", TABLE_FILE, exc)
-                _state["present"] = False
-                return None
         name = torch.cuda.get_device_name(idx)
-        devices[idx] = _state["table"].for_device(name)
-        if devices[idx] is None:
-            log.info(
-                "vllm-codemod: %s has no entry for %r; built-in launch defaults", TABLE_FILE, name
-            )
+        found = None
+        for table in _tables():
+            found = table.for_device(name)
+            if found is not None:
+                break
+        devices[idx] = found
+        if found is None:
+            log.info("vllm-codemod: no tuning table names %r; built-in launch defaults", name)
     return devices[idx]
 
 
@@ -52,7 +73,7 @@ def _capturing() -> bool:
 def decision(c: DecodeCall) -> Optional[Any]:
     """The measured choice for this call (``tuning_table.Decision``), or None."""
     if _state["present"] is None:
-        _state["present"] = os.path.isfile(TABLE_FILE)
+        _state["present"] = bool(_files())
     if not _state["present"] or c.query.device.type != "cuda":
         return None
     table = _device_table(c.query.device)

@@ -101,11 +101,11 @@ class DeviceTable:
 
         The shape must match exactly (heads, kv heads, head size, dtype; ``alibi`` when
         given prefers the entry measured with the same setting).  Among the batch sizes
-        measured for it, the smallest one >= ``num_seqs`` is used (the largest if none
-        is); among its context-length points, the smallest ``max_seq_len`` >= this call's
-        (a point covers the lengths above the previous point up to its own).  Longer
-        than every point: None.  ``eager`` picks the winner timed without CUDA graphs
-        where the file has one.
+        measured for it, the smallest one >= ``num_seqs`` is used; a batch bigger than
+        any measured gets None (never extrapolated).  Among its context-length points,
+        the smallest ``max_seq_len`` >= this call's (a point covers the lengths above the
+        previous point up to its own).  Longer than every point: None.  ``eager`` picks
+        the winner timed without CUDA graphs where the file has one.
         """
         dtype = normalize_dtype(dtype_name)
         matches = [
@@ -119,10 +119,9 @@ class DeviceTable:
         if not matches:
             return None
         covering = [e for e in matches if e.num_seqs >= int(num_seqs)]
-        if covering:
-            entry = min(covering, key=lambda e: e.num_seqs)
-        else:
-            entry = max(matches, key=lambda e: e.num_seqs)
+        if not covering:
+            return None
+        entry = min(covering, key=lambda e: e.num_seqs)
         for point in entry.points:  # sorted by max_seq_len
             if point.max_seq_len >= int(max_seq_len):
                 if eager and point.eager_winner is not None:

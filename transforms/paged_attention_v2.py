@@ -90,9 +90,9 @@ def bundled_kernel_files() -> Dict[str, bytes]:
     directory = kernel_package_dir()
     if directory is None:
         return {}
-    files = {
-        f"{KERNEL_DIR}/{path.name}": path.read_bytes() for path in sorted(directory.glob("*.py"))
-    }
+    # The modules, and the tuning tables measured by the project (tuning-<device>.json).
+    paths = sorted(directory.glob("*.py")) + sorted(directory.glob("tuning-*.json"))
+    files = {f"{KERNEL_DIR}/{path.name}": path.read_bytes() for path in paths}
     # The real package's __init__ carries the version line the copy is stamped on; a
     # stand-in package (tests) may not.
     init = files.get(f"{KERNEL_DIR}/__init__.py", b"")

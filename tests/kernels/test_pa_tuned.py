@@ -18,16 +18,17 @@ from pa_helpers import make_inputs  # noqa: E402  (this directory)
 from vllm_codemod.kernels import call as call_mod  # noqa: E402
 from vllm_codemod.kernels import dispatch, tuned, tuning_table, vendor_v1  # noqa: E402
 
-H200_TABLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "tuning-h200.json"
+H200_TABLE = Path(__file__).resolve().parents[2] / "kernels" / "tuning-h200.json"
 
 
 @pytest.fixture
 def table(tmp_path, monkeypatch):
-    """The H200 table the tool produced (docs/examples), installed as the tree's table."""
+    """The H200 table the tool produced, installed as the tree's table (no bundled ones)."""
     path = tmp_path / "tuning.json"
     shutil.copy(H200_TABLE, path)
     monkeypatch.setattr(tuned, "TABLE_FILE", str(path))
-    monkeypatch.setattr(tuned, "_state", {"present": None, "table": None, "devices": {}})
+    monkeypatch.setattr(tuned, "BUNDLED_FILES", ())
+    monkeypatch.setattr(tuned, "_state", {"present": None, "tables": None, "devices": {}})
     monkeypatch.setattr(tuned, "_capturing", lambda: True)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     return path
@@ -69,13 +70,50 @@ def test_another_device_keeps_the_defaults_with_one_log_line(table, monkeypatch,
     with caplog.at_level(logging.INFO):
         assert tuned.decision(_fake_cuda_call(32, 8, 128, 1024)) is None
         assert tuned.decision(_fake_cuda_call(32, 8, 128, 1024)) is None
-    assert len([r for r in caplog.records if "no entry for" in r.getMessage()]) == 1
+    assert len([r for r in caplog.records if "no tuning table names" in r.getMessage()]) == 1
 
 
 def test_without_a_table_there_is_no_decision(tmp_path, monkeypatch):
     monkeypatch.setattr(tuned, "TABLE_FILE", str(tmp_path / "absent.json"))
-    monkeypatch.setattr(tuned, "_state", {"present": None, "table": None, "devices": {}})
+    monkeypatch.setattr(tuned, "BUNDLED_FILES", ())
+    monkeypatch.setattr(tuned, "_state", {"present": None, "tables": None, "devices": {}})
     assert tuned.decision(_fake_cuda_call(32, 8, 128, 1024)) is None
+
+
+def test_the_bundled_h200_table_is_the_default_for_that_device_only(tmp_path, monkeypatch):
+    """No tree table: the H200 gets the table the project measured; another GPU, or a batch
+    or length the table did not measure, keeps the built-in launch tables."""
+    assert tuned.BUNDLED_FILES == (str(H200_TABLE),)
+    monkeypatch.setattr(tuned, "TABLE_FILE", str(tmp_path / "absent.json"))
+    monkeypatch.setattr(tuned, "_capturing", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    for name, expect in (("NVIDIA H200", (64, 4, 1, True, 0, True)), ("Iluvatar BI-V100", None)):
+        monkeypatch.setattr(tuned, "_state", {"present": None, "tables": None, "devices": {}})
+        monkeypatch.setattr(torch.cuda, "get_device_name", lambda idx=None, n=name: n)
+        got = tuned.decision(_fake_cuda_call(32, 8, 128, 2048))
+        assert (tuple(got.config) if got else None) == expect
+    batch = _fake_cuda_call(32, 8, 128, 2048)
+    batch.query.shape = (8, 32, 128)
+    monkeypatch.setattr(tuned, "_state", {"present": None, "tables": None, "devices": {}})
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda idx=None: "NVIDIA H200")
+    assert tuned.decision(batch) is None  # only single sequences were measured
+
+
+def test_a_trees_table_wins_over_the_bundled_one(tmp_path, monkeypatch):
+    import json
+
+    doc = json.loads(H200_TABLE.read_text())
+    for entry in doc["devices"][0]["decode"]:
+        for point in entry["points"]:
+            point["winner"] = {"backend": "v1", "config": None, "us": 1.0}
+    tree_table = tmp_path / "tuning.json"
+    tree_table.write_text(json.dumps(doc))
+    monkeypatch.setattr(tuned, "TABLE_FILE", str(tree_table))
+    monkeypatch.setattr(tuned, "_state", {"present": None, "tables": None, "devices": {}})
+    monkeypatch.setattr(tuned, "_capturing", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda idx=None: "NVIDIA H200")
+    assert tuned.decision(_fake_cuda_call(32, 8, 128, 2048)).backend == "v1"
 
 
 def _cpu_call():
