@@ -76,7 +76,12 @@ def decision(c: DecodeCall) -> Optional[Any]:
         _state["present"] = bool(_files())
     if not _state["present"] or c.query.device.type != "cuda":
         return None
-    table = _device_table(c.query.device)
+    try:
+        table = _device_table(c.query.device)
+    except Exception as exc:  # no device name to match: decode goes on without tables
+        _state["present"] = False
+        log.warning("vllm-codemod: tuning tables unused (%s: %s)", type(exc).__name__, exc)
+        return None
     if table is None:
         return None
     num_seqs, num_heads, head_size = c.query.shape

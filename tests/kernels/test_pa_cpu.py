@@ -382,6 +382,7 @@ def _fake_gpu(monkeypatch, fake, capability=(9, 0)):
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
     monkeypatch.delenv(dispatch.BACKEND_ENV, raising=False)
+    monkeypatch.setattr(dispatch.tuned, "decision", lambda c: None)  # no table names it
     real_torch_path = dispatch._torch_path
 
     def torch_path_on_the_cpu_tensor(c):
