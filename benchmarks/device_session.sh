@@ -38,7 +38,7 @@ TESTS=${TESTS:-all}
 if [ "$TESTS" != none ]; then
   if [ "$TESTS" = all ]; then k=(); else k=(-k "$TESTS"); fi
   step tests 270 python3 -m pytest -q -rs -p no:cacheprovider -m gpu tests/kernels/test_pa_gpu.py \
-    "${k[@]}"
+    ${k[@]+"${k[@]}"}
   tail -15 "$OUT/tests.log"
 fi
 

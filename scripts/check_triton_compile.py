@@ -88,6 +88,17 @@ def launcher_configs(d_pad: int):
     return out
 
 
+def groups_for(cname: str, d_pad: int):
+    """The GQA groups pick_config gives this config to: the wide-group configs take the
+    64-row programs at head <= 128, the others the rest (and everything at head 256)."""
+    wide = [g for g in GROUPS if g[0] // g[1] >= launch_tables.WIDE_GROUP_ROWS]
+    if "wide" in cname:
+        return wide
+    if d_pad <= 128:
+        return [g for g in GROUPS if g not in wide]
+    return list(GROUPS)
+
+
 def cases(full: bool):
     """(head, dtype, block size, alibi, (heads, kv heads), seq lens, config name, config)."""
     i = 0
@@ -95,18 +106,17 @@ def cases(full: bool):
         d_pad = max(16, 1 << (hs - 1).bit_length())
         for dtype in DTYPES:
             for cname, cfg in launcher_configs(d_pad):
+                groups = groups_for(cname, d_pad)
                 if full:
                     for bs in BLOCK_SIZES:
                         for alibi in (False, True):
-                            for grp in GROUPS:
+                            for grp in groups:
                                 yield hs, dtype, bs, alibi, grp, LENS[0], cname, cfg
                     continue
                 # One case per (head, dtype, config); the other axes rotate through the
                 # matrix (shared memory and registers follow head, dtype, rows and config).
                 bs = BLOCK_SIZES[i % len(BLOCK_SIZES)]
-                grp = GROUPS[(i // 3) % len(GROUPS)]
-                if "wide" in cname:  # picked only for 64-row groups
-                    grp = (128, 1)
+                grp = groups[(i // 3) % len(groups)]
                 lens = LENS[(i // 2) % len(LENS)]
                 alibi = i % 2 == 1
                 i += 1
@@ -223,10 +233,8 @@ def compile_21(fn, args, opts, cc):
     warps, stages = opts.get("num_warps", 4), opts.get("num_stages", 3)  # the JIT's defaults
     mod = optimize_ttgir(ttir_to_ttgir(mod, warps), stages, cc)
     stage = "llir"
-    shared = _shared_21(mod)
     llir = ttgir_to_llir(mod, {}, cc)
-    if shared is None:  # Triton 2.1 sets the attribute while lowering to LLVM IR
-        shared = _shared_21(mod)
+    shared = _shared_21(mod)  # the attribute is set while lowering to LLVM IR (not before)
     stage = "ptx"
     ptx = llir_to_ptx(llir, cc)
     stage = "cubin"
@@ -235,8 +243,8 @@ def compile_21(fn, args, opts, cc):
 
 
 def _shared_21(mod):
-    """Shared memory bytes of a Triton 2.1 TTGIR module (the 'triton_gpu.shared' attribute
-    the allocation pass sets); None where it is not there yet."""
+    """Shared memory bytes of a Triton 2.1 TTGIR module, read as Triton 2.1's own compile
+    does (after the LLVM IR lowering set it: reading it earlier crashes the process)."""
     try:
         from triton._C.libtriton.triton import get_shared_memory_size
 

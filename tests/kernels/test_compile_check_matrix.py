@@ -1,0 +1,68 @@
+"""scripts/check_triton_compile.py compiles what the launcher really launches: every case of
+its matrix pairs a config with a GQA group that pick_config gives that config, and every
+table config appears (no GPU, no compile: the cases and recorded launches only)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+from vllm_codemod.kernels import launch_tables  # noqa: E402
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "check_triton_compile.py"
+
+
+@pytest.fixture(scope="module")
+def check():
+    spec = importlib.util.spec_from_file_location("check_triton_compile", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    interpret = os.environ.get("TRITON_INTERPRET")
+    try:
+        spec.loader.exec_module(module)  # drops TRITON_INTERPRET (it compiles for real)
+    finally:
+        if interpret is not None:
+            os.environ["TRITON_INTERPRET"] = interpret
+    return module
+
+
+def _reachable(cfg, d_pad, g_pad):
+    """Whether pick_config returns cfg for some program count at this head and row count."""
+    counts = (1, launch_tables.MANY_PROGRAMS, launch_tables.MID_PROGRAMS_LIMIT)
+    counts += (launch_tables.K3D_MANY_PROGRAMS, 10**6)
+    return any(
+        launch_tables.pick_config(p, d_pad, g_pad, k3d) == cfg
+        for p in counts
+        for k3d in (True, False)
+    )
+
+
+def test_every_case_is_a_launch_the_tables_make(check):
+    from vllm_codemod.kernels.triton_impl import group_rows
+
+    seen = set()
+    for hs, _dtype, _bs, _alibi, (nh, nkv), _lens, cname, cfg in check.cases(False):
+        d_pad = max(16, 1 << (hs - 1).bit_length())
+        assert _reachable(cfg, d_pad, group_rows(nh // nkv)), (hs, nh, nkv, cname, cfg)
+        seen.add(tuple(cfg))
+    lt = launch_tables
+    tables = set(lt.K3D_CONFIGS.values()) | set(lt.DEFAULT_CONFIGS.values())
+    tables |= {lt.K3D_MANY_PROGRAMS_CONFIG, lt.K3D_WIDE_GROUP_CONFIG}
+    tables |= {lt.K3D_WIDE_GROUP_MANY_CONFIG, lt.MANY_PROGRAMS_CONFIG, lt.MID_PROGRAMS_CONFIG}
+    tables |= {lt.WIDE_GROUP_CONFIG, lt.WIDE_GROUP_MANY_CONFIG}
+    assert {tuple(c) for c in tables} <= seen
+
+
+def test_recorded_launches_are_both_kernels_with_both_reduce_variants(check):
+    single, chunked = set(), set()
+    for case in list(check.cases(False))[:4]:
+        launches = check.record_launches(case)
+        assert [name for name, _, _ in launches] == ["partition", "reduce"]
+        reduce_kwargs = launches[1][2]
+        (single if reduce_kwargs["SINGLE_PASS"] else chunked).add(case[5])
+    assert single and chunked  # the matrix reaches the chunked reduce loop too
