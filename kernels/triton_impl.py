@@ -524,8 +524,16 @@ class _Plan:
         tile, warps, stages, early_v, prefetch, config_k3d = config
         tile = min(tile, PARTITION_SIZE)
         f32_split = key_cache.element_size() == 4
+        k3d = k3d and bool(config_k3d)
+        # Shared memory within 48 KB per program (the BI-V100's limit; checked by
+        # scripts/check_triton_compile.py on Triton 2.1 and 3.x): the staged dot operands
+        # grow with rows x head size and with the tile.
         if f32_split:
-            tile = min(tile, 64)
+            tile = min(tile, 16 if g_pad >= 64 or d_pad >= 256 else 64)
+        elif g_pad >= 64 and d_pad >= 256:
+            tile = min(tile, 16)
+        elif g_pad >= 64 and not k3d:
+            tile = min(tile, 32)
         ks, vs = key_cache.stride(), value_cache.stride()
         # Contiguity hints hold for vLLM's dense cache layouts: x elements contiguous in K,
         # block_size tokens contiguous in V, every block/head/row start aligned to them.
@@ -558,7 +566,7 @@ class _Plan:
                 CONTIG_HINTS=hints,
                 EARLY_V=bool(early_v),
                 PREFETCH=int(prefetch),
-                K_3D=k3d and bool(config_k3d),
+                K_3D=k3d,
             ),
             dict(num_warps=warps, num_stages=stages),
         )
