@@ -516,20 +516,24 @@ class _Plan:
         out, exp_sums, max_logits, tmp_out = c.out, c.exp_sums, c.max_logits, c.tmp_out
         num_seqs, num_heads, head_size = query.shape
         qpk = num_heads // c.num_kv_heads
-        g_pad = group_rows(qpk)
-        n_gc = (qpk + g_pad - 1) // g_pad
         d_pad = max(16, _next_pow2(head_size))
+        f32_split = key_cache.element_size() == 4
+        g_pad = group_rows(qpk)
+        if f32_split and d_pad >= 256:
+            # The fp32 query's split bf16 operands alone fill 64 KB at 64 x 256: 16 rows
+            # per program (more group chunks) keep such a launch within 48 KB.
+            g_pad = 16
+        n_gc = (qpk + g_pad - 1) // g_pad
         x = key_cache.shape[4]
         num_parts = c.num_partitions
         tile, warps, stages, early_v, prefetch, config_k3d = config
         tile = min(tile, PARTITION_SIZE)
-        f32_split = key_cache.element_size() == 4
         k3d = k3d and bool(config_k3d)
         # Shared memory within 48 KB per program (the BI-V100's limit; checked by
         # scripts/check_triton_compile.py on Triton 2.1 and 3.x): the staged dot operands
         # grow with rows x head size and with the tile.
         if f32_split:
-            tile = min(tile, 16 if g_pad >= 64 or d_pad >= 256 else 64)
+            tile = min(tile, 16 if g_pad >= 64 or d_pad >= 256 else 64)  # after the cap
         elif g_pad >= 64 and d_pad >= 256:
             tile = min(tile, 16)
         elif g_pad >= 64 and not k3d:
