@@ -518,17 +518,18 @@ class _Plan:
         qpk = num_heads // c.num_kv_heads
         d_pad = max(16, _next_pow2(head_size))
         f32_split = key_cache.element_size() == 4
+        tile, warps, stages, early_v, prefetch, config_k3d = config
+        tile = min(tile, PARTITION_SIZE)
+        k3d = k3d and bool(config_k3d)
         g_pad = group_rows(qpk)
-        if f32_split and d_pad >= 256:
-            # The fp32 query's split bf16 operands alone fill 64 KB at 64 x 256: 16 rows
-            # per program (more group chunks) keep such a launch within 48 KB.
+        if d_pad >= 256 and (f32_split or not k3d):
+            # At head 256 the query operand and its layout copies dominate shared memory
+            # (fp32's split bf16 query alone fills 64 KB at 64 rows; the 2-D load path of
+            # Triton 2.1 needs 53 KB at 32 rows): 16 rows per program, more group chunks.
             g_pad = 16
         n_gc = (qpk + g_pad - 1) // g_pad
         x = key_cache.shape[4]
         num_parts = c.num_partitions
-        tile, warps, stages, early_v, prefetch, config_k3d = config
-        tile = min(tile, PARTITION_SIZE)
-        k3d = k3d and bool(config_k3d)
         # Shared memory within 48 KB per program (the BI-V100's limit; checked by
         # scripts/check_triton_compile.py on Triton 2.1 and 3.x): the staged dot operands
         # grow with rows x head size and with the tile.
