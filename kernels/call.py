@@ -21,7 +21,7 @@ _FP8_NAMES = {
     "fp8_e4m3": "float8_e4m3fn",
     "fp8_e5m2": "float8_e5m2",
 }
-PLAIN_CACHE_DTYPES = _PLAIN_NAMES = {
+_PLAIN_NAMES = {
     "auto",
     "fp16",
     "float16",
@@ -171,6 +171,8 @@ def build(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> DecodeCall:
 
 def fp8_dtype(kv_cache_dtype: str) -> Optional[torch.dtype]:
     """The torch float8 dtype for an fp8 ``kv_cache_dtype``, None for unquantized caches."""
+    if kv_cache_dtype in _PLAIN_NAMES:  # the usual "auto": no string work per call
+        return None
     name = kv_cache_dtype.lower()
     if name in _PLAIN_NAMES:
         return None

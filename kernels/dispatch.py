@@ -9,7 +9,6 @@ takes over for that cache dtype, so one bad dtype never costs the others their k
 from __future__ import annotations
 
 import os
-import sys
 from typing import Any, Dict, Optional, Set, Tuple
 
 import torch
@@ -40,17 +39,13 @@ def _triton_impl():
     """The Triton implementation module, or None when Triton is missing or a placeholder."""
     if not _triton_state["checked"]:
         _triton_state["checked"] = True
-        existing = sys.modules.get("triton")
-        if existing is not None and _is_placeholder(existing):
-            _triton_state["import_error"] = (
-                f"'triton' is a placeholder module ({type(existing).__name__}), not Triton"
-            )
-            return None
         try:
             import triton
 
             if _is_placeholder(triton):
-                raise ImportError(f"'triton' is a placeholder ({type(triton).__name__})")
+                raise ImportError(
+                    f"'triton' is a placeholder module ({type(triton).__name__}), not Triton"
+                )
             from . import triton_impl
         except Exception as exc:  # ImportError, or a Triton that fails at import
             _triton_state["import_error"] = repr(exc)
@@ -112,7 +107,7 @@ def _choose(c: DecodeCall, choice: str) -> str:
     dtype = c.key_cache.dtype
     if (
         c.query.is_cuda
-        and (c.kv_cache_dtype in call_mod.PLAIN_CACHE_DTYPES or c.fp8_dtype is None)
+        and c.fp8_dtype is None
         and dtype not in _triton_failed_dtypes
         and _triton_safe_for(dtype, c.query.device)
         and _triton_impl() is not None

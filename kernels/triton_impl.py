@@ -509,7 +509,7 @@ class _Plan:
     """Everything fixed for one (shapes, strides, dtypes, partitions, config): built once,
     so a call only gathers its tensors."""
 
-    __slots__ = ("partition", "reduce", "part_strides", "reduce_strides", "n_gc", "num_heads")
+    __slots__ = ("partition", "reduce", "part_strides", "reduce_strides", "n_gc")
 
     def __init__(self, c: DecodeCall, config: LaunchConfig, k3d: bool) -> None:
         query, key_cache, value_cache = c.query, c.key_cache, c.value_cache
@@ -549,7 +549,6 @@ class _Plan:
             and all(v % c.block_size == 0 for v in vs[:3])
         )
         self.n_gc = n_gc
-        self.num_heads = num_heads
         self.part_strides = (c.num_kv_heads, n_gc) + tuple(query.stride()) + tuple(ks)
         self.part_strides += tuple(vs) + (c.block_tables.stride(0),)
         self.part_strides += tuple(exp_sums.stride()) + tuple(max_logits.stride())

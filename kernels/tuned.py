@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Optional
 
 import torch
 
+from . import tuning_table
 from .call import DecodeCall
 from .log import log
 
@@ -29,6 +30,7 @@ BUNDLED_FILES = tuple(
 )
 
 _state: Dict[str, Any] = {"present": None, "tables": None, "devices": {}}
+_points: Dict[tuple, Any] = {}
 
 
 def _files() -> List[str]:
@@ -37,8 +39,6 @@ def _files() -> List[str]:
 
 def _tables() -> List[Any]:
     if _state["tables"] is None:
-        from . import tuning_table
-
         tables = []
         for path in _files():
             try:
@@ -85,13 +85,12 @@ def decision(c: DecodeCall) -> Optional[Any]:
     if table is None:
         return None
     num_seqs, num_heads, head_size = c.query.shape
-    return table.decide(
-        num_seqs,
-        num_heads,
-        c.num_kv_heads,
-        head_size,
-        c.max_seq_len,
-        c.key_cache.dtype,
-        alibi=c.alibi_slopes is not None,
-        eager=not _capturing(),
-    )
+    alibi = c.alibi_slopes is not None
+    key = (table, num_seqs, num_heads, c.num_kv_heads, head_size, c.key_cache.dtype, alibi)
+    points = _points.get(key)
+    if points is None:  # once per shape: the search over the table's entries
+        dtype = tuning_table.normalize_dtype(c.key_cache.dtype)
+        points = _points[key] = table.points(*key[1:5], dtype, alibi)
+    if not points:
+        return None
+    return tuning_table.pick(points, c.max_seq_len, eager=not _capturing())

@@ -107,6 +107,24 @@ class DeviceTable:
         previous point up to its own).  Longer than every point: None.  ``eager`` picks
         the winner timed without CUDA graphs where the file has one.
         """
+        return pick(
+            self.points(num_seqs, num_heads, num_kv_heads, head_size, dtype_name, alibi),
+            max_seq_len,
+            eager,
+        )
+
+    def points(
+        self,
+        num_seqs: int,
+        num_heads: int,
+        num_kv_heads: int,
+        head_size: int,
+        dtype_name: Any,
+        alibi: Optional[bool] = None,
+    ) -> Tuple[_Point, ...]:
+        """The measured length points for this batch and shape (``decide`` without the
+        length); empty where nothing covers it.  Fixed per shape, so callers may cache it
+        and pay only :func:`pick` per call."""
         dtype = normalize_dtype(dtype_name)
         matches = [
             e
@@ -116,18 +134,20 @@ class DeviceTable:
         ]
         if alibi is not None and any(e.alibi == bool(alibi) for e in matches):
             matches = [e for e in matches if e.alibi == bool(alibi)]
-        if not matches:
-            return None
         covering = [e for e in matches if e.num_seqs >= int(num_seqs)]
         if not covering:
-            return None
-        entry = min(covering, key=lambda e: e.num_seqs)
-        for point in entry.points:  # sorted by max_seq_len
-            if point.max_seq_len >= int(max_seq_len):
-                if eager and point.eager_winner is not None:
-                    return point.eager_winner
-                return point.winner
-        return None
+            return ()
+        return min(covering, key=lambda e: e.num_seqs).points
+
+
+def pick(points: Sequence[_Point], max_seq_len: int, eager: bool = False) -> Optional[Decision]:
+    """The winner of the first point (sorted by length) covering ``max_seq_len``."""
+    for point in points:
+        if point.max_seq_len >= max_seq_len:
+            if eager and point.eager_winner is not None:
+                return point.eager_winner
+            return point.winner
+    return None
 
 
 class Table:
