@@ -21,6 +21,7 @@ tree whose vLLM version is unknown or out of range be planned at all, and ``reve
 
 from __future__ import annotations
 
+import csv
 import datetime
 import os
 from contextlib import contextmanager
@@ -498,12 +499,18 @@ def _plan_record(
         data = added_now.get(file_rel)
         hashed[file_rel] = data if data is not None else tree.path(file_rel).read_bytes()
     entry["mode"] = path.stat().st_mode & 0o7777
-    new = rewrite_record(
-        original,
-        hashed,
-        unhashed=state.state_files(after),
-        dropped=list(after["bytecode"]),
-    )
+    try:
+        new = rewrite_record(
+            original,
+            hashed,
+            unhashed=state.state_files(after),
+            dropped=list(after["bytecode"]),
+        )
+    except (UnicodeDecodeError, csv.Error) as exc:  # a damaged install, not our bug
+        raise UserError(
+            f"{path}: unreadable RECORD ({exc}); reinstall vllm, or delete the RECORD file "
+            "to patch the tree without it"
+        ) from None
     entry["patched_sha256"] = sha256_bytes(new)
     if new != current:
         changes.append(FileChange(rel, current, new, [], added=False))
@@ -596,9 +603,7 @@ def apply(plan: Plan) -> ApplyResult:
         return result
     for change in plan.changes:
         current = tree.path(change.path)
-        if (sha256_file(current) if current.exists() else None) != (
-            sha256_bytes(change.old) if change.old is not None else None
-        ):
+        if sha256_file(current) != (sha256_bytes(change.old) if change.old is not None else None):
             raise RefusalError(
                 f"{current}: changed after it was planned (another program wrote it); run "
                 "again; nothing was changed"
@@ -791,10 +796,6 @@ class Status:
     patched_at: Optional[str]
     recorded_options: Dict[str, Any]
     record: Optional[str]
-
-    @property
-    def has_record(self) -> bool:
-        return self.record is not None
 
     def to_dict(self) -> Dict[str, Any]:
         data = self.plan.to_dict()

@@ -33,9 +33,10 @@ def sha256_bytes(data: bytes) -> str:
 
 
 def sha256_file(path: Path) -> Optional[str]:
-    """Hash of a file's bytes, or None when it does not exist."""
+    """Hash of a file's bytes, or None when it does not exist; anything but a regular file
+    (a FIFO would block the read) is refused, as for every file the tool reads."""
     try:
-        return sha256_bytes(path.read_bytes())
+        return sha256_bytes(read_regular_file(path))
     except FileNotFoundError:
         return None
 
@@ -207,9 +208,7 @@ def read_regular_file(path: Path) -> bytes:
     """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        raise
-    except IsADirectoryError:
+    except (FileNotFoundError, IsADirectoryError):
         raise
     except OSError as exc:
         raise EnvironmentProblem(path, exc) from None

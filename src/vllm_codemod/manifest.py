@@ -171,9 +171,6 @@ class StateDir:
     def originals(self, rel: str) -> Path:
         return self.path / "originals" / rel
 
-    def staged(self, rel: str) -> Path:
-        return self.path / "staged" / rel
-
     def rel(self, path: Path) -> str:
         """``path`` (inside the state dir) relative to the state dir, POSIX form."""
         return path.relative_to(self.path).as_posix()

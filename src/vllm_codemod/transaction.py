@@ -38,24 +38,7 @@ from .fsutil import (
     sha256_file,
     sweep_temp_files,
 )
-from .manifest import STATE_DIR_NAME, StateDir, check_tree_path, dump, validate
-
-# Re-exported for callers that knew them here.
-__all__ = [
-    "STATE_DIR_NAME",
-    "StateDir",
-    "Recovery",
-    "bytecode_for",
-    "check_state_dir",
-    "commit",
-    "discard_uncommitted",
-    "recover",
-    "remove_step",
-    "replay",
-    "stage",
-    "writable_probe",
-    "write_step",
-]
+from .manifest import StateDir, check_tree_path, dump, validate
 
 
 def bytecode_for(source: Path) -> List[Path]:

@@ -92,6 +92,12 @@ def check(
     )
     report.say(describe_tree(tree, plan.version))
     transform_rows(report, rows)
+    conflicts = [row["name"] for row in rows if row["status"] == "conflict"]
+    if conflicts:
+        report.error(
+            f"conflict in {', '.join(conflicts)}: a target has a shape the transform does not "
+            "understand, so nothing can be applied; run check without -q for where"
+        )
     for change in plan.option_changes:
         report.say(f"  option differs from the recorded one: {change}")
     for item in drift:
