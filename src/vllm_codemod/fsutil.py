@@ -189,8 +189,27 @@ def remove_file(path: Path) -> None:
         raise EnvironmentProblem(path, exc) from None
 
 
+def remove_dir_if_empty(path: Path) -> bool:
+    """``rmdir path``: True when it is gone (or was never there), False when it is kept
+    because something is in it (or it is not a directory: a symlink is never followed)."""
+    try:
+        os.rmdir(path)
+    except FileNotFoundError:
+        return True
+    except OSError as exc:
+        if exc.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR):
+            return False
+        raise EnvironmentProblem(path, exc) from None
+    return True
+
+
 def remove_empty_dirs(start: Path, stop: Path) -> None:
-    """Remove ``start`` and its parents while they are empty, never going above ``stop``."""
+    """Remove ``start`` and its parents while they are empty, never going above ``stop``.
+
+    Only for directories the tool owns entirely (inside its state directory): in the
+    tree, a directory is removed only when the manifest records that apply created it
+    (see :func:`remove_dir_if_empty` and the journal's ``rmdir`` steps).
+    """
     current = start
     while current != stop and stop in current.parents:
         try:

@@ -32,6 +32,7 @@ from .discovery import VllmTree
 from .errors import EnvironmentProblem, ManifestError
 from .fsutil import (
     atomic_write,
+    remove_dir_if_empty,
     remove_empty_dirs,
     remove_file,
     sha256_bytes,
@@ -95,6 +96,11 @@ def write_step(rel: str, source: str, data_sha256: str, mode: Optional[int]) -> 
 
 def remove_step(rel: str) -> Dict[str, Any]:
     return {"kind": "remove", "path": rel}
+
+
+def rmdir_step(rel: str) -> Dict[str, Any]:
+    """Remove the directory ``rel`` if it is empty (a directory we created); else keep it."""
+    return {"kind": "rmdir", "path": rel}
 
 
 def stage(state: StateDir, area: str, rel: str, data: bytes) -> str:
@@ -172,9 +178,11 @@ def load_journal(state: StateDir) -> Dict[str, Any]:
     if not isinstance(journal, dict) or not isinstance(journal.get("steps"), list):
         raise ManifestError(f"{where}: not a journal; reinstall vllm")
     for step in journal["steps"]:
-        if not isinstance(step, dict) or step.get("kind") not in ("write", "remove"):
+        if not isinstance(step, dict) or step.get("kind") not in ("write", "remove", "rmdir"):
             raise ManifestError(f"{where}: bad step {step!r}; reinstall vllm")
         _state_target(state, step.get("path"), where)
+        if step["kind"] == "rmdir" and "/" not in step["path"]:
+            raise ManifestError(f"{where}: refusing to remove {step['path']!r}; reinstall vllm")
         if step["kind"] == "write":
             _state_source(state, step.get("source"), where)
     if journal.get("manifest") is not None:
@@ -182,10 +190,14 @@ def load_journal(state: StateDir) -> Dict[str, Any]:
     return journal
 
 
-def replay(state: StateDir, journal: Dict[str, Any]) -> None:
-    """Carry out a committed journal; safe to repeat after a crash at any point."""
-    tree = state.tree
+def replay(state: StateDir, journal: Dict[str, Any]) -> List[str]:
+    """Carry out a committed journal; safe to repeat after a crash at any point.
+
+    Returns the directories an ``rmdir`` step kept because something is in them
+    (relative to the tree's base).
+    """
     where = str(state.journal_path)
+    kept: List[str] = []
     for step in journal["steps"]:
         target = _state_target(state, step["path"], where)
         if step["kind"] == "write":
@@ -201,17 +213,20 @@ def replay(state: StateDir, journal: Dict[str, Any]) -> None:
                 if sha256_bytes(data) != step["sha256"]:
                     raise ManifestError(f"{source}: damaged (hash differs); reinstall vllm")
                 atomic_write(target, data, step.get("mode"))
+        elif step["kind"] == "rmdir":
+            if not remove_dir_if_empty(target):
+                kept.append(step["path"])
         else:
             remove_file(target)
-            remove_empty_dirs(target.parent, tree.root)
     if journal["manifest"] is None:
         remove_file(state.manifest_path)
         remove_file(state.journal_path)
         _remove_state_dir(state)
-        return
+        return kept
     atomic_write(state.manifest_path, dump(journal["manifest"]))
     shutil.rmtree(state.path / "staged", ignore_errors=True)
     remove_file(state.journal_path)
+    return kept
 
 
 def _remove_state_dir(state: StateDir) -> None:
