@@ -802,11 +802,13 @@ def recover(
     finish: bool = True,
     best_effort: bool = False,
     registry: Optional[Sequence[Any]] = None,
+    dry_run: bool = False,
 ) -> Recovery:
     """Finish an interrupted run and remove our debris (see :func:`transaction.recover`).
 
-    ``best_effort`` is for read-only commands: debris that cannot be removed (a
-    read-only tree) is left in place rather than failing the command.
+    ``best_effort`` is for ``check``: debris that cannot be removed (a read-only tree)
+    is left in place rather than failing the command.  ``dry_run`` (``diff``,
+    ``status``) writes nothing and lists the debris a recovery would remove.
     """
     from vllm_codemod.transforms.paged_attention_v2 import KERNEL_DIR
 
@@ -817,11 +819,17 @@ def recover(
     if record is not None:
         dirs.add(record.parent)
     try:
-        return transaction.recover(tree, dirs, finish=finish)
+        return transaction.recover(tree, dirs, finish=finish, dry_run=dry_run)
     except EnvironmentProblem:
         if not best_effort:
             raise
         return Recovery()
+
+
+def debris(tree: VllmTree, registry: Optional[Sequence[Any]] = None) -> List[str]:
+    """Leftovers of an interrupted run that the next ``apply``/``revert`` would remove
+    (paths relative to the tree's base, a directory with a trailing ``/``); reads only."""
+    return recover(tree, finish=False, best_effort=True, registry=registry, dry_run=True).removed
 
 
 @dataclass

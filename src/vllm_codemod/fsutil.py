@@ -149,12 +149,16 @@ def _pid_alive(pid: int) -> bool:
 
 
 def sweep_temp_files(
-    directories: Iterable[Path], name: Optional[str] = None, only_dead: bool = False
+    directories: Iterable[Path],
+    name: Optional[str] = None,
+    only_dead: bool = False,
+    dry_run: bool = False,
 ) -> List[Path]:
     """Remove temp files a killed run of ours left in ``directories`` (only our pattern).
 
     ``name`` limits the sweep to the temp files of one target file; ``only_dead`` keeps
-    those whose writer is still running (for files no lock protects, like a run config).
+    those whose writer is still running (for files no lock protects, like a run config);
+    ``dry_run`` only lists them (read-only commands report debris, never remove it).
     """
     removed: List[Path] = []
     for directory in sorted(set(directories)):
@@ -169,6 +173,9 @@ def sweep_temp_files(
             if name is not None and match.group("name") != name:
                 continue
             if only_dead and _pid_alive(int(match.group("pid"))):
+                continue
+            if dry_run:
+                removed.append(Path(entry.path))
                 continue
             try:
                 os.unlink(entry.path)

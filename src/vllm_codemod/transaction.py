@@ -249,20 +249,24 @@ class Recovery:
         return {"finished": self.finished, "removed": list(self.removed)}
 
 
-def recover(tree: VllmTree, extra_dirs: Iterable[Path] = (), finish: bool = True) -> Recovery:
+def recover(
+    tree: VllmTree, extra_dirs: Iterable[Path] = (), finish: bool = True, dry_run: bool = False
+) -> Recovery:
     """Leave the tree as the last committed run meant it, with no debris of ours.
 
     Finishes a committed run (its journal), removes staging of a run that died before
     committing, an abandoned state directory (one without a manifest), saved originals
     no manifest entry refers to, and our temp files in every directory we write.  With
     ``finish=False`` a committed run is left alone (read-only callers refuse instead).
+    ``dry_run`` changes nothing: ``removed`` then lists the debris a recovery would
+    remove (and a committed run is left alone, as with ``finish=False``).
     """
     state = StateDir(tree)
     check_state_dir(state)
     result = Recovery()
     dirs: Set[Path] = set(extra_dirs)
     if state.has_journal():
-        if not finish:
+        if not finish or dry_run:
             return result
         journal = load_journal(state)
         for step in journal["steps"]:
@@ -271,14 +275,15 @@ def recover(tree: VllmTree, extra_dirs: Iterable[Path] = (), finish: bool = True
         result.finished = str(journal.get("op"))
         manifest = journal["manifest"]
     elif state.path.exists() and not state.has_manifest():
-        sweep_temp_files(_state_dirs(state))
-        _remove_state_dir(state)
+        if not dry_run:
+            sweep_temp_files(_state_dirs(state))
+            _remove_state_dir(state)
         result.removed.append(tree.rel(state.path) + "/")
         manifest = None
     else:
         manifest = state.load_manifest() if state.path.exists() else None
         if manifest is not None:
-            result.removed += _remove_unreferenced(state, manifest)
+            result.removed += _remove_unreferenced(state, manifest, dry_run)
     if manifest is not None:
         for rel in list(manifest["files"]) + list(manifest["added"]) + list(manifest["bytecode"]):
             dirs.add(tree.path(rel).parent)
@@ -287,9 +292,13 @@ def recover(tree: VllmTree, extra_dirs: Iterable[Path] = (), finish: bool = True
             dirs.add(Path(os.path.realpath(directory)))
         dirs.add(directory / "__pycache__")
     dirs.update(_state_dirs(state))
-    result.removed += [
-        tree.rel(p) if tree.base in p.parents else str(p) for p in sweep_temp_files(dirs)
+    swept = [
+        tree.rel(p) if tree.base in p.parents else str(p)
+        for p in sweep_temp_files(dirs, dry_run=dry_run)
     ]
+    # a dry run still sees the temp files inside a directory it would remove whole
+    whole = tuple(rel for rel in result.removed if rel.endswith("/"))
+    result.removed += [rel for rel in swept if not rel.startswith(whole)] if whole else swept
     return result
 
 
@@ -299,12 +308,15 @@ def _state_dirs(state: StateDir) -> List[Path]:
     return [Path(d) for d, _, _ in os.walk(state.path)]
 
 
-def _remove_unreferenced(state: StateDir, manifest: Dict[str, Any]) -> List[str]:
+def _remove_unreferenced(
+    state: StateDir, manifest: Dict[str, Any], dry_run: bool = False
+) -> List[str]:
     """Staging and saved originals a finished manifest does not refer to are debris."""
     removed: List[str] = []
     staged = state.path / "staged"
     if staged.exists():
-        shutil.rmtree(staged)
+        if not dry_run:
+            shutil.rmtree(staged)
         removed.append(state.tree.rel(staged) + "/")
     originals = state.path / "originals"
     keep = {state.originals(rel) for rel in list(manifest["files"]) + list(manifest["bytecode"])}
@@ -313,7 +325,9 @@ def _remove_unreferenced(state: StateDir, manifest: Dict[str, Any]) -> List[str]
             for name in files:
                 path = Path(directory) / name
                 if path not in keep:
-                    remove_file(path)
+                    if not dry_run:
+                        remove_file(path)
                     removed.append(state.tree.rel(path))
-            remove_empty_dirs(Path(directory), state.path)
+            if not dry_run:
+                remove_empty_dirs(Path(directory), state.path)
     return removed
