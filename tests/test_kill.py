@@ -225,3 +225,19 @@ def test_check_removes_the_debris_of_a_run_killed_before_its_commit(trees, tmp_p
     assert snapshot(site) != pristine  # staging and a temp file are left
     assert _cli("check", "--site-packages", str(site)) == 1  # pending, and cleaned up
     assert snapshot(site) == pristine
+
+
+@pytest.mark.skipif(STRACE is None, reason="strace not installed (apt-get install strace)")
+def test_diff_and_status_leave_the_debris_of_a_killed_run_and_say_so(trees, tmp_path):
+    site, pristine, patched = trees
+    assert _strace_kill(["apply", "--site-packages", str(site)], 2, tmp_path) != 0
+    left = snapshot(site)
+    assert left != pristine
+    exe = [sys.executable, "-m", "vllm_codemod"]
+    for command, code in (("diff", 1), ("status", 0)):
+        proc = subprocess.run([*exe, command, "--site-packages", str(site)], capture_output=True)
+        assert proc.returncode == code, proc.stderr
+        assert b"leftover files from an interrupted run at " in proc.stderr
+        assert snapshot(site) == left  # read-only: nothing removed
+    assert _cli("apply", "--site-packages", str(site)) == 0  # the recovery run
+    assert snapshot(site) == patched

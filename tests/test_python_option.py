@@ -120,3 +120,84 @@ def test_verify_with_the_serving_interpreters_torch(tmp_path):
     payload = json.loads(result.output)
     assert payload["ok"] is True and {r["path"] for r in payload["results"]} == {"torch"}
     assert not list((site / "vllm" / "_codemod_kernels").rglob("*.pyc"))
+
+
+def _fake_python(tmp_path: Path, child_body: str) -> Path:
+    """An executable "python" whose import path holds a tree with kernels in it, and whose
+    kernel self-check (any other ``-c`` program) runs ``child_body`` instead."""
+    site = tmp_path / "site"
+    kernels = site / "vllm" / "_codemod_kernels"
+    kernels.mkdir(parents=True)
+    (site / "vllm" / "__init__.py").write_text("")
+    (kernels / "__init__.py").write_text("")
+    script = tmp_path / "fake-python"
+    script.write_text(
+        f"#!{sys.executable}\n"
+        "import json, signal, sys\n"
+        "signal.alarm(120)  # never outlive the test, even one that deadlocks\n"
+        "if 'getsitepackages' in sys.argv[3]:\n"
+        f"    print(json.dumps({{'executable': sys.argv[0], 'dirs': [{str(site)!r}]}}))\n"
+        "    sys.exit(0)\n" + child_body
+    )
+    script.chmod(0o755)
+    return script
+
+
+GOOD_RESULT = {
+    "shape": "fake",
+    "path": "torch",
+    "max_abs_err": 0.0,
+    "rel_err": 0.0,
+    "ok": True,
+    "seconds": 0.01,
+}
+
+
+def _verify_in_subprocess(script: Path, *extra: str) -> subprocess.CompletedProcess:
+    """The CLI in its own process, so that a deadlock fails the test instead of hanging it."""
+    try:
+        return subprocess.run(
+            [sys.executable, "-m", "vllm_codemod", "verify", "--python", str(script), *extra],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("verify --python hung: the child's output filled a pipe nobody read")
+
+
+def test_verify_survives_a_child_that_floods_both_pipes(tmp_path):
+    noise = "x" * 99 + "\n"
+    body = (
+        f"sys.stdout.write({noise!r} * 3000)  # 300 KB, not JSON\n"
+        "sys.stdout.flush()\n"
+        f"sys.stderr.write({noise!r} * 3000)\n"
+        "sys.stderr.write('@@vllm-codemod-progress 1 1\\n')\n"
+        f"print(json.dumps({{'results': [{GOOD_RESULT!r}]}}))\n"
+    )
+    script = _fake_python(tmp_path, body)
+    result = _verify_in_subprocess(script, "--json")
+    assert result.returncode == 0, result.stderr[-2000:]
+    payload = json.loads(result.stdout)
+    assert payload["ok"] is True and [r["shape"] for r in payload["results"]] == ["fake"]
+
+
+@pytest.mark.parametrize(
+    "answer, what",
+    [
+        ("'not json at all'", "no JSON object"),
+        ("json.dumps({'outcome': []})", "no 'results'"),
+        ("json.dumps({'results': {}})", "'results' is not a non-empty list"),
+        ("json.dumps({'results': [{'shape': 'fake'}]})", "result 0 has no 'path'"),
+        ("json.dumps({'results': [dict(GOOD, ok='yes')]})", "result 0 has a bad 'ok'"),
+        ("json.dumps({'failure': 'gremlins'})", "unknown failure 'gremlins'"),
+    ],
+)
+def test_a_malformed_answer_from_the_child_is_an_environment_problem(tmp_path, answer, what):
+    body = f"GOOD = {GOOD_RESULT!r}\nprint({answer})\n"
+    script = _fake_python(tmp_path, body)
+    result = run("verify", "--python", str(script), "--device", "cpu")
+    assert result.exit_code == 2, result.output
+    (line,) = result.output.splitlines()
+    assert line.startswith(f"vllm-codemod: error: --python {script}: malformed answer"), line
+    assert what in line, line

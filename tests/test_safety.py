@@ -350,3 +350,84 @@ def test_a_symlinked_state_directory_part_is_refused(fork, tmp_path):
     one_line_error(run("apply", "--site-packages", str(fork), "--num-warps", "2"), "symlink")
     assert snapshot(fork) == before
     assert list(outside.iterdir()) == []
+
+
+# --------------------------------------------------------------------------- 9. directories
+
+KERNELS = "vllm/_codemod_kernels"
+
+
+@pytest.mark.parametrize("cache", ["empty", "compiled"])
+def test_revert_removes_only_the_directories_apply_created(fork, cache):
+    pristine_files, pristine_dirs = snapshot(fork)
+    apply(fork)
+    kernels = fork / KERNELS
+    manifest = json.loads((fork / MANIFEST).read_text())
+    if cache == "empty":  # an empty __pycache__ inside the directory apply created
+        (kernels / "__pycache__").mkdir()
+    else:  # Python's bytecode of our own modules, as importing the kernels leaves it
+        for module in kernels.glob("*.py"):
+            py_compile.compile(str(module), doraise=True)
+        assert list((kernels / "__pycache__").glob("*.pyc"))
+    # Python made this one for a patched file: not ours, though it holds only our bytecode
+    patched = fork / "vllm/attention/ops/prefix_prefill.py"
+    py_compile.compile(str(patched), doraise=True)
+    ops_cache = patched.parent / "__pycache__"
+    assert ops_cache.is_dir()
+    unrelated = fork / "vllm" / "somebody_elses_empty_dir"
+    unrelated.mkdir()
+    assert run("revert", "--site-packages", str(fork)).exit_code == 0
+    assert not kernels.exists()  # ours, with nothing of anyone else's in it: gone
+    assert unrelated.is_dir() and ops_cache.is_dir()  # not ours: kept
+    assert not list(ops_cache.iterdir())  # the bytecode of the patched source is gone
+    files, dirs = snapshot(fork)
+    assert files == pristine_files
+    assert dirs == pristine_dirs | {
+        "vllm/somebody_elses_empty_dir",
+        "vllm/attention/ops/__pycache__",
+    }
+    assert manifest.get("created_dirs") == [KERNELS]
+
+
+def test_revert_keeps_a_directory_it_created_once_someone_else_uses_it(fork):
+    apply(fork)
+    kernels = fork / KERNELS
+    (kernels / "__pycache__").mkdir()
+    foreign_pyc = kernels / "__pycache__" / "notes.cpython-310.pyc"
+    foreign_pyc.write_bytes(b"not from a file of ours")
+    (kernels / "notes.txt").write_text("mine\n")
+    (kernels / "empty").mkdir()
+    result = run("revert", "--site-packages", str(fork), "-v")
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in kernels.iterdir()) == ["__pycache__", "empty", "notes.txt"]
+    assert [p.name for p in (kernels / "__pycache__").iterdir()] == [foreign_pyc.name]
+    assert f"kept {KERNELS}/: vllm-codemod created it" in result.output
+    assert run("revert", "--site-packages", str(fork), "--json").exit_code == 0
+
+
+def test_revert_keeps_an_empty_directory_that_was_there_before_apply(fork):
+    (fork / KERNELS).mkdir()
+    pristine = snapshot(fork)
+    apply(fork)
+    manifest = json.loads((fork / MANIFEST).read_text())
+    assert run("revert", "--site-packages", str(fork)).exit_code == 0
+    assert snapshot(fork) == pristine
+    assert manifest.get("created_dirs") == []
+
+
+def test_a_manifest_that_does_not_record_directories_removes_none(fork):
+    files, dirs = snapshot(fork)
+    apply(fork)
+    _edit_manifest(fork, lambda data: data.pop("created_dirs"))
+    assert run("revert", "--site-packages", str(fork)).exit_code == 0
+    assert snapshot(fork) == (files, dirs | {KERNELS})
+    assert not list((fork / KERNELS).iterdir())
+
+
+@pytest.mark.parametrize("bad", [["vllm"], ["vllm/.vllm-codemod"], ["../x"], "vllm/a", [1]])
+def test_created_dirs_in_the_manifest_are_validated(fork, bad):
+    apply(fork)
+    _edit_manifest(fork, lambda data: data.update(created_dirs=bad))
+    before = snapshot(fork)
+    one_line_error(run("revert", "--site-packages", str(fork)), "manifest")
+    assert snapshot(fork) == before

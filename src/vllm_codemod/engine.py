@@ -54,6 +54,7 @@ from .transaction import (
     remove_step,
     replaceable_probe,
     replay,
+    rmdir_step,
     stage,
     writable_probe,
     write_step,
@@ -371,6 +372,19 @@ def _is_new_baseline(entry: Optional[Dict[str, Any]], current: Optional[bytes]) 
     return digest not in (entry.get("patched_sha256"), entry["original_sha256"])
 
 
+def _dirs_to_create(tree: VllmTree, target: Path) -> List[str]:
+    """The directories writing ``target`` will create (they do not exist yet), as paths
+    relative to the tree's base: these are ours, and revert may remove them once empty."""
+    missing: List[str] = []
+    directory = target.parent
+    while directory != tree.root and tree.root in directory.parents:
+        if os.path.lexists(directory):
+            break
+        missing.append(tree.rel(directory))
+        directory = directory.parent
+    return missing
+
+
 def _bookkeeping(
     change_set: ChangeSet,
     version_source: str,
@@ -400,6 +414,8 @@ def _bookkeeping(
                     "sha256": sha256_bytes(change.new),
                     "transform": change.transforms[0],
                 }
+                created = set(after["created_dirs"]) | set(_dirs_to_create(tree, target))
+                after["created_dirs"] = sorted(created)
             for pyc in bytecode_for(target):
                 bytecode_remove.append(tree.rel(pyc))
             continue
@@ -674,9 +690,15 @@ class RevertResult:
     vllm_root: str
     restored: List[str]  # files put back or removed (relative to base)
     wrote: bool
+    #: directories apply created that revert kept: someone put something in them
+    kept_dirs: List[str] = field(default_factory=list)
 
     def to_dict(self) -> Dict[str, Any]:
-        return {"vllm_root": self.vllm_root, "restored": list(self.restored)}
+        return {
+            "vllm_root": self.vllm_root,
+            "restored": list(self.restored),
+            "kept_dirs": list(self.kept_dirs),
+        }
 
 
 def revert(tree: VllmTree, discard_local_changes: bool = False) -> RevertResult:
@@ -740,12 +762,13 @@ def revert(tree: VllmTree, discard_local_changes: bool = False) -> RevertResult:
         source = state.originals(rel)
         if sha256_file(source) == digest:
             steps.append(write_step(rel, state.rel(source), digest, None))
+    steps += _created_dir_steps(manifest)
     try:
         journal = commit(state, "revert", steps, None)
     except EnvironmentProblem as exc:
         raise EnvironmentProblem(exc.path, errno=exc.errno, hint="nothing was changed") from None
     try:
-        replay(state, journal)
+        result.kept_dirs = replay(state, journal)
     except EnvironmentProblem as exc:
         raise EnvironmentProblem(
             exc.path,
@@ -756,6 +779,21 @@ def revert(tree: VllmTree, discard_local_changes: bool = False) -> RevertResult:
     return result
 
 
+def _created_dir_steps(manifest: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """Remove the directories apply created, deepest first, each only if it is empty.
+
+    Only directories the manifest records are candidates (a manifest from before they
+    were recorded names none, so then no directory is removed), plus the ``__pycache__``
+    directly inside one of them: Python made it for our own modules, whose bytecode the
+    steps before have removed; anything else in it (or in the directory) keeps both.
+    """
+    steps: List[Dict[str, Any]] = []
+    for rel in sorted(manifest["created_dirs"], key=lambda r: (-r.count("/"), r)):
+        steps.append(rmdir_step(f"{rel}/__pycache__"))
+        steps.append(rmdir_step(rel))
+    return steps
+
+
 # --------------------------------------------------------------------------- recover / status
 
 
@@ -764,11 +802,13 @@ def recover(
     finish: bool = True,
     best_effort: bool = False,
     registry: Optional[Sequence[Any]] = None,
+    dry_run: bool = False,
 ) -> Recovery:
     """Finish an interrupted run and remove our debris (see :func:`transaction.recover`).
 
-    ``best_effort`` is for read-only commands: debris that cannot be removed (a
-    read-only tree) is left in place rather than failing the command.
+    ``best_effort`` is for ``check``: debris that cannot be removed (a read-only tree)
+    is left in place rather than failing the command.  ``dry_run`` (``diff``,
+    ``status``) writes nothing and lists the debris a recovery would remove.
     """
     from vllm_codemod.transforms.paged_attention_v2 import KERNEL_DIR
 
@@ -779,11 +819,17 @@ def recover(
     if record is not None:
         dirs.add(record.parent)
     try:
-        return transaction.recover(tree, dirs, finish=finish)
+        return transaction.recover(tree, dirs, finish=finish, dry_run=dry_run)
     except EnvironmentProblem:
         if not best_effort:
             raise
         return Recovery()
+
+
+def debris(tree: VllmTree, registry: Optional[Sequence[Any]] = None) -> List[str]:
+    """Leftovers of an interrupted run that the next ``apply``/``revert`` would remove
+    (paths relative to the tree's base, a directory with a trailing ``/``); reads only."""
+    return recover(tree, finish=False, best_effort=True, registry=registry, dry_run=True).removed
 
 
 @dataclass

@@ -149,12 +149,16 @@ def _pid_alive(pid: int) -> bool:
 
 
 def sweep_temp_files(
-    directories: Iterable[Path], name: Optional[str] = None, only_dead: bool = False
+    directories: Iterable[Path],
+    name: Optional[str] = None,
+    only_dead: bool = False,
+    dry_run: bool = False,
 ) -> List[Path]:
     """Remove temp files a killed run of ours left in ``directories`` (only our pattern).
 
     ``name`` limits the sweep to the temp files of one target file; ``only_dead`` keeps
-    those whose writer is still running (for files no lock protects, like a run config).
+    those whose writer is still running (for files no lock protects, like a run config);
+    ``dry_run`` only lists them (read-only commands report debris, never remove it).
     """
     removed: List[Path] = []
     for directory in sorted(set(directories)):
@@ -169,6 +173,9 @@ def sweep_temp_files(
             if name is not None and match.group("name") != name:
                 continue
             if only_dead and _pid_alive(int(match.group("pid"))):
+                continue
+            if dry_run:
+                removed.append(Path(entry.path))
                 continue
             try:
                 os.unlink(entry.path)
@@ -189,8 +196,27 @@ def remove_file(path: Path) -> None:
         raise EnvironmentProblem(path, exc) from None
 
 
+def remove_dir_if_empty(path: Path) -> bool:
+    """``rmdir path``: True when it is gone (or was never there), False when it is kept
+    because something is in it (or it is not a directory: a symlink is never followed)."""
+    try:
+        os.rmdir(path)
+    except FileNotFoundError:
+        return True
+    except OSError as exc:
+        if exc.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR):
+            return False
+        raise EnvironmentProblem(path, exc) from None
+    return True
+
+
 def remove_empty_dirs(start: Path, stop: Path) -> None:
-    """Remove ``start`` and its parents while they are empty, never going above ``stop``."""
+    """Remove ``start`` and its parents while they are empty, never going above ``stop``.
+
+    Only for directories the tool owns entirely (inside its state directory): in the
+    tree, a directory is removed only when the manifest records that apply created it
+    (see :func:`remove_dir_if_empty` and the journal's ``rmdir`` steps).
+    """
     current = start
     while current != stop and stop in current.parents:
         try:

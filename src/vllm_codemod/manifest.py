@@ -37,6 +37,7 @@ def empty_manifest() -> Dict[str, Any]:
         "bytecode": {},
         "options": {},
         "record": None,
+        "created_dirs": [],
     }
 
 
@@ -143,6 +144,18 @@ def validate(data: Any, tree: VllmTree, where: str) -> Dict[str, Any]:
         _hash(entry.get("sha256"), where, f"sha256 of {rel!r}")
         _require(isinstance(entry.get("transform"), str), where, f"no transform for {rel!r}")
         _require(rel not in data["files"], where, f"{rel!r} is both patched and added")
+    # Directories apply created (so revert may remove them once empty).  A manifest
+    # written before they were recorded has none: revert then removes no directory.
+    created = data.setdefault("created_dirs", [])
+    _require(isinstance(created, list), where, "'created_dirs' is not a list")
+    for rel in created:
+        check_tree_path(tree, rel, where)
+        _require(rel.count("/") >= 1, where, f"created directory {rel!r} is the vllm package")
+        _require(
+            rel not in data["files"] and rel not in data["added"],
+            where,
+            f"{rel!r} is both a directory and a file",
+        )
     for rel, digest in data["bytecode"].items():
         check_tree_path(tree, rel, where)
         _require(rel.endswith(".pyc") and "/__pycache__/" in rel, where, f"{rel!r} is not bytecode")

@@ -32,6 +32,7 @@ from .discovery import VllmTree
 from .errors import EnvironmentProblem, ManifestError
 from .fsutil import (
     atomic_write,
+    remove_dir_if_empty,
     remove_empty_dirs,
     remove_file,
     sha256_bytes,
@@ -95,6 +96,11 @@ def write_step(rel: str, source: str, data_sha256: str, mode: Optional[int]) -> 
 
 def remove_step(rel: str) -> Dict[str, Any]:
     return {"kind": "remove", "path": rel}
+
+
+def rmdir_step(rel: str) -> Dict[str, Any]:
+    """Remove the directory ``rel`` if it is empty (a directory we created); else keep it."""
+    return {"kind": "rmdir", "path": rel}
 
 
 def stage(state: StateDir, area: str, rel: str, data: bytes) -> str:
@@ -172,9 +178,11 @@ def load_journal(state: StateDir) -> Dict[str, Any]:
     if not isinstance(journal, dict) or not isinstance(journal.get("steps"), list):
         raise ManifestError(f"{where}: not a journal; reinstall vllm")
     for step in journal["steps"]:
-        if not isinstance(step, dict) or step.get("kind") not in ("write", "remove"):
+        if not isinstance(step, dict) or step.get("kind") not in ("write", "remove", "rmdir"):
             raise ManifestError(f"{where}: bad step {step!r}; reinstall vllm")
         _state_target(state, step.get("path"), where)
+        if step["kind"] == "rmdir" and "/" not in step["path"]:
+            raise ManifestError(f"{where}: refusing to remove {step['path']!r}; reinstall vllm")
         if step["kind"] == "write":
             _state_source(state, step.get("source"), where)
     if journal.get("manifest") is not None:
@@ -182,10 +190,14 @@ def load_journal(state: StateDir) -> Dict[str, Any]:
     return journal
 
 
-def replay(state: StateDir, journal: Dict[str, Any]) -> None:
-    """Carry out a committed journal; safe to repeat after a crash at any point."""
-    tree = state.tree
+def replay(state: StateDir, journal: Dict[str, Any]) -> List[str]:
+    """Carry out a committed journal; safe to repeat after a crash at any point.
+
+    Returns the directories an ``rmdir`` step kept because something is in them
+    (relative to the tree's base).
+    """
     where = str(state.journal_path)
+    kept: List[str] = []
     for step in journal["steps"]:
         target = _state_target(state, step["path"], where)
         if step["kind"] == "write":
@@ -201,17 +213,20 @@ def replay(state: StateDir, journal: Dict[str, Any]) -> None:
                 if sha256_bytes(data) != step["sha256"]:
                     raise ManifestError(f"{source}: damaged (hash differs); reinstall vllm")
                 atomic_write(target, data, step.get("mode"))
+        elif step["kind"] == "rmdir":
+            if not remove_dir_if_empty(target):
+                kept.append(step["path"])
         else:
             remove_file(target)
-            remove_empty_dirs(target.parent, tree.root)
     if journal["manifest"] is None:
         remove_file(state.manifest_path)
         remove_file(state.journal_path)
         _remove_state_dir(state)
-        return
+        return kept
     atomic_write(state.manifest_path, dump(journal["manifest"]))
     shutil.rmtree(state.path / "staged", ignore_errors=True)
     remove_file(state.journal_path)
+    return kept
 
 
 def _remove_state_dir(state: StateDir) -> None:
@@ -234,20 +249,24 @@ class Recovery:
         return {"finished": self.finished, "removed": list(self.removed)}
 
 
-def recover(tree: VllmTree, extra_dirs: Iterable[Path] = (), finish: bool = True) -> Recovery:
+def recover(
+    tree: VllmTree, extra_dirs: Iterable[Path] = (), finish: bool = True, dry_run: bool = False
+) -> Recovery:
     """Leave the tree as the last committed run meant it, with no debris of ours.
 
     Finishes a committed run (its journal), removes staging of a run that died before
     committing, an abandoned state directory (one without a manifest), saved originals
     no manifest entry refers to, and our temp files in every directory we write.  With
     ``finish=False`` a committed run is left alone (read-only callers refuse instead).
+    ``dry_run`` changes nothing: ``removed`` then lists the debris a recovery would
+    remove (and a committed run is left alone, as with ``finish=False``).
     """
     state = StateDir(tree)
     check_state_dir(state)
     result = Recovery()
     dirs: Set[Path] = set(extra_dirs)
     if state.has_journal():
-        if not finish:
+        if not finish or dry_run:
             return result
         journal = load_journal(state)
         for step in journal["steps"]:
@@ -256,14 +275,15 @@ def recover(tree: VllmTree, extra_dirs: Iterable[Path] = (), finish: bool = True
         result.finished = str(journal.get("op"))
         manifest = journal["manifest"]
     elif state.path.exists() and not state.has_manifest():
-        sweep_temp_files(_state_dirs(state))
-        _remove_state_dir(state)
+        if not dry_run:
+            sweep_temp_files(_state_dirs(state))
+            _remove_state_dir(state)
         result.removed.append(tree.rel(state.path) + "/")
         manifest = None
     else:
         manifest = state.load_manifest() if state.path.exists() else None
         if manifest is not None:
-            result.removed += _remove_unreferenced(state, manifest)
+            result.removed += _remove_unreferenced(state, manifest, dry_run)
     if manifest is not None:
         for rel in list(manifest["files"]) + list(manifest["added"]) + list(manifest["bytecode"]):
             dirs.add(tree.path(rel).parent)
@@ -272,9 +292,13 @@ def recover(tree: VllmTree, extra_dirs: Iterable[Path] = (), finish: bool = True
             dirs.add(Path(os.path.realpath(directory)))
         dirs.add(directory / "__pycache__")
     dirs.update(_state_dirs(state))
-    result.removed += [
-        tree.rel(p) if tree.base in p.parents else str(p) for p in sweep_temp_files(dirs)
+    swept = [
+        tree.rel(p) if tree.base in p.parents else str(p)
+        for p in sweep_temp_files(dirs, dry_run=dry_run)
     ]
+    # a dry run still sees the temp files inside a directory it would remove whole
+    whole = tuple(rel for rel in result.removed if rel.endswith("/"))
+    result.removed += [rel for rel in swept if not rel.startswith(whole)] if whole else swept
     return result
 
 
@@ -284,12 +308,15 @@ def _state_dirs(state: StateDir) -> List[Path]:
     return [Path(d) for d, _, _ in os.walk(state.path)]
 
 
-def _remove_unreferenced(state: StateDir, manifest: Dict[str, Any]) -> List[str]:
+def _remove_unreferenced(
+    state: StateDir, manifest: Dict[str, Any], dry_run: bool = False
+) -> List[str]:
     """Staging and saved originals a finished manifest does not refer to are debris."""
     removed: List[str] = []
     staged = state.path / "staged"
     if staged.exists():
-        shutil.rmtree(staged)
+        if not dry_run:
+            shutil.rmtree(staged)
         removed.append(state.tree.rel(staged) + "/")
     originals = state.path / "originals"
     keep = {state.originals(rel) for rel in list(manifest["files"]) + list(manifest["bytecode"])}
@@ -298,7 +325,9 @@ def _remove_unreferenced(state: StateDir, manifest: Dict[str, Any]) -> List[str]
             for name in files:
                 path = Path(directory) / name
                 if path not in keep:
-                    remove_file(path)
+                    if not dry_run:
+                        remove_file(path)
                     removed.append(state.tree.rel(path))
-            remove_empty_dirs(Path(directory), state.path)
+            if not dry_run:
+                remove_empty_dirs(Path(directory), state.path)
     return removed

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import json
 import subprocess
+import threading
+from collections import deque
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Deque, Dict, List, Optional
 
 from .errors import CodemodError
 
@@ -57,7 +59,12 @@ def run_selfcheck_in(
     seed: int,
     progress: Optional[Callable[[int, int], None]] = None,
 ) -> List[Dict[str, Any]]:
-    """The self-check results as the child computed them; errors are the user's to fix."""
+    """The self-check results as the child computed them; errors are the user's to fix.
+
+    Both pipes are drained at once (stdout by a thread, stderr line by line here, so the
+    progress bar stays live): a child that fills one pipe while we wait on the other
+    would otherwise block forever.
+    """
     try:
         proc = subprocess.Popen(
             [
@@ -70,36 +77,49 @@ def run_selfcheck_in(
                 "1" if quick else "0",
                 str(seed),
             ],
+            stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            errors="replace",
         )
     except OSError as exc:
         raise CodemodError(
             f"--python {python}: cannot run it ({exc.strerror}); pass a python interpreter"
         ) from None
     assert proc.stdout is not None and proc.stderr is not None
-    other: List[str] = []
+    stdout = proc.stdout
+    out_chunks: List[str] = []
+    reader = threading.Thread(target=lambda: out_chunks.append(stdout.read()), daemon=True)
+    other: Deque[str] = deque(maxlen=STDERR_TAIL_LINES)
     try:
+        reader.start()
         for line in proc.stderr:
-            if line.startswith(PROGRESS_PREFIX) and progress is not None:
-                done, total = line[len(PROGRESS_PREFIX) :].split()
-                progress(int(done), int(total))
-            elif not line.startswith(PROGRESS_PREFIX):
+            if line.startswith(PROGRESS_PREFIX):
+                if progress is not None:
+                    _progress(progress, line[len(PROGRESS_PREFIX) :])
+            elif line.strip():
                 other.append(line.rstrip("\n"))
-        out = proc.stdout.read()
+        reader.join()
         proc.wait()
+        stdout.close()
     except BaseException:
         proc.kill()
         proc.wait()
+        reader.join(timeout=5)
         raise
+    finally:
+        proc.stderr.close()
+    out = "".join(out_chunks)
     answer = _last_json(out)
-    if proc.returncode != 0 or answer is None:
-        last = next((line for line in reversed(other) if line.strip()), "no message")
+    if proc.returncode != 0:
+        last = other[-1][:200] if other else "no message"
         raise CodemodError(
             f"--python {python}: the kernel self-check exited {proc.returncode} ({last}); "
             "run it there by hand to see the traceback"
         )
+    if answer is None:
+        raise _malformed(python, "no JSON object on its standard output", out)
     failure = answer.get("failure")
     if failure == "no-torch":
         raise CodemodError(
@@ -111,7 +131,61 @@ def run_selfcheck_in(
             f"--device cuda: torch {answer.get('detail')} in {python} sees no CUDA device; "
             "run verify on the GPU machine, or pass --device cpu (or auto)"
         )
-    return list(answer["results"])
+    if failure is not None:
+        raise _malformed(python, f"unknown failure {str(failure)[:80]!r}", None)
+    return _results(python, answer)
+
+
+#: stderr lines kept to quote the last one in an error (the rest is noise to us)
+STDERR_TAIL_LINES = 50
+
+#: what the CLI reads from each result, and the JSON types it must have
+RESULT_KEYS = {
+    "shape": (str,),
+    "path": (str,),
+    "max_abs_err": (int, float),
+    "rel_err": (int, float),
+    "ok": (bool,),
+    "seconds": (int, float),
+}
+
+
+def _progress(progress: Callable[[int, int], None], text: str) -> None:
+    try:
+        done, total = (int(part) for part in text.split())
+    except ValueError:
+        return  # a garbled progress line is not worth failing the check for
+    progress(done, total)
+
+
+def _malformed(python: Path, what: str, out: Optional[str]) -> CodemodError:
+    """The child answered, but not with a self-check result: its environment is odd."""
+    tail = ""
+    if out is not None:
+        last = next((line for line in reversed(out.splitlines()) if line.strip()), "")
+        tail = f" (last line: {last[:80]!r})" if last else " (it printed nothing)"
+    return CodemodError(
+        f"--python {python}: malformed answer from the kernel self-check: {what}{tail}; "
+        "is it the python that serves vLLM? run the self-check there by hand"
+    )
+
+
+def _results(python: Path, answer: Dict[str, Any]) -> List[Dict[str, Any]]:
+    if "results" not in answer:
+        raise _malformed(python, "the JSON answer has no 'results'", None)
+    results = answer["results"]
+    if not isinstance(results, list) or not results:
+        raise _malformed(python, "'results' is not a non-empty list", None)
+    for index, entry in enumerate(results):
+        if not isinstance(entry, dict):
+            raise _malformed(python, f"result {index} is not an object", None)
+        for key, types in RESULT_KEYS.items():
+            value = entry.get(key)
+            if key not in entry:
+                raise _malformed(python, f"result {index} has no {key!r}", None)
+            if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+                raise _malformed(python, f"result {index} has a bad {key!r}: {value!r:.40}", None)
+    return list(results)
 
 
 def _last_json(text: str) -> Optional[Dict[str, Any]]:

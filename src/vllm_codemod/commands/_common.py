@@ -195,3 +195,30 @@ def note_recovery(report: Report, recovery: Any) -> None:
         report.warn(f"finished an interrupted {recovery.finished} first")
     for rel in recovery.removed:
         report.detail(f"removed leftover {rel}", err=True)
+
+
+def note_debris(report: Report, tree: VllmTree, debris: Sequence[str]) -> None:
+    """Read-only commands leave an interrupted run's leftovers alone and say so, in one
+    line on stderr (each path with -v); ``apply`` or ``revert`` removes them."""
+    report.data["debris"] = list(debris)
+    if not debris:
+        return
+    report.warn(
+        f"leftover files from an interrupted run at {tree.root} ({len(debris)}, e.g. "
+        f"{debris[0]}); run `vllm-codemod apply` or `vllm-codemod revert` to recover"
+    )
+    for rel in debris:
+        report.detail(f"  leftover {rel}", err=True)
+
+
+def note_check_recovery(report: Report, tree: VllmTree, removed: Sequence[str]) -> None:
+    """``check`` removes those leftovers itself (docs/engine.md, guarantee 3): say so."""
+    report.data["recovery"] = {"finished": None, "removed": list(removed)}
+    if not removed:
+        return
+    report.warn(
+        f"removed {len(removed)} leftover file(s) of an interrupted run at {tree.root} "
+        f"(e.g. {removed[0]}); the tree is as that run found it"
+    )
+    for rel in removed:
+        report.detail(f"  removed leftover {rel}", err=True)

@@ -11,6 +11,8 @@ from ..report import Report
 from ._common import (
     describe_tree,
     locked,
+    note_check_recovery,
+    note_debris,
     open_tree,
     plan_options,
     selection_options,
@@ -67,13 +69,18 @@ def check(
 
     tree = open_tree(site_packages, vllm_root, python)
     with locked(tree):
-        engine.recover(tree, finish=False, best_effort=True)
+        # check cleans up as apply/revert do (docs/engine.md, guarantee 3), visibly;
+        # debris it cannot remove (a read-only tree) is reported like diff does
+        removed = engine.recover(tree, finish=False, best_effort=True).removed
         status = engine.status(tree, plan_options(only, skip, force, transform_options))
+        debris = engine.debris(tree)
     plan = status.plan
     rows = [t.to_dict() for t in plan.transforms]
     statuses = {row["status"] for row in rows}
     drift = manifest_drift(tree, plan.manifest_before)
     report = Report("check")
+    note_check_recovery(report, tree, removed)
+    note_debris(report, tree, debris)
     report.exit_code = 2 if "conflict" in statuses else 1 if plan.pending or drift else 0
     report.data.update(tree_data(tree, plan.version))
     report.data.update(

@@ -9,6 +9,7 @@ import click
 from ..report import Report
 from ._common import (
     locked,
+    note_debris,
     open_tree,
     plan_options,
     selection_options,
@@ -103,9 +104,11 @@ def diff(
     with locked(tree):
         options = plan_options(only, skip, force, transform_options)
         plan = engine.plan(tree, with_tuning(options, tuning, drop_tuning))
+        debris = engine.debris(tree)
     if plan.conflicts:
         raise engine.conflict_error(plan)
     report = Report("diff")
+    note_debris(report, tree, debris)
     report.exit_code = 1 if plan.pending else 0
     report.data.update(tree_data(tree, plan.version))
     report.data["pending"] = plan.pending

@@ -43,4 +43,6 @@ def revert(site_packages: Any, vllm_root: Any, python: Any, force: bool) -> Repo
             report.detail(f"  {rel}")
     else:
         report.say(f"nothing to revert under {tree.root}")
+    for rel in result.kept_dirs:
+        report.detail(f"  kept {rel}/: vllm-codemod created it, but it holds files of others")
     return report

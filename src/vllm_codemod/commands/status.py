@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Tuple
 import click
 
 from ..report import Report
-from ._common import locked, open_tree, plan_options, tree_options
+from ._common import locked, note_debris, open_tree, plan_options, tree_options
 from ._output import reporting
 from .check import transform_rows
 
@@ -69,14 +69,15 @@ def status(site_packages: Any, vllm_root: Any, python: Any, force: bool) -> Repo
 
     tree = open_tree(site_packages, vllm_root, python)
     with locked(tree):
-        engine.recover(tree, finish=False, best_effort=True)
         state = engine.status(tree, plan_options((), (), force, {}))
+        debris = engine.debris(tree)
     plan = state.plan
     rows = [t.to_dict() for t in plan.transforms]
     markers = list(find_fork_markers(tree.root, plan.version))
     callers, scan = _scan(tree)
     drift = manifest_drift(tree, plan.manifest_before)
     report = Report("status")
+    note_debris(report, tree, debris)
     report.data.update(
         {
             "vllm_root": str(tree.root),
