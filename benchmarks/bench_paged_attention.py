@@ -206,17 +206,24 @@ def entry(a):
     return lambda: dispatch.paged_attention_v2(*args)
 
 
-def table_config(lens, nh, nkv, hs):
-    """The config the tables pick for this shape (what the default launch uses)."""
+def plan_of(call):
+    """What the entry point launched for this call: the plan triton_impl built for it
+    (config as the tables or a tuning table picked it, the chunk, one or two launches,
+    the grid)."""
     from vllm_codemod.kernels import triton_impl
 
-    qpk = nh // nkv
-    g_pad = triton_impl.group_rows(qpk)
-    n_gc = -(-qpk // g_pad)
-    programs = len(lens) * nkv * n_gc * math.ceil(max(lens) / PARTITION_SIZE)
-    d_pad = max(16, 1 << max(0, (hs - 1).bit_length()))
-    cfg = launch_tables.pick_config(programs, d_pad, g_pad, triton_impl.k3d_enabled())
-    return cfg, programs, d_pad
+    triton_impl._plans.clear()
+    call()
+    torch.cuda.synchronize()
+    (plan,) = triton_impl._plans.values()
+    k = plan.partition.constexprs
+    return dict(
+        config=list(plan.config),
+        chunk=k["PART"],
+        fused=k["FUSED"],
+        compact=k["COMPACT"],
+        programs=math.prod(plan.partition.grid),
+    )
 
 
 def resources():
@@ -224,13 +231,14 @@ def resources():
     from vllm_codemod.kernels import triton_impl
 
     found = {}
-    for key, plan in triton_impl._plans.items():
+    for plan in triton_impl._plans.values():
         for kind in ("partition", "reduce"):
-            k = getattr(plan, kind).compiled
+            kernel = getattr(plan, kind)
+            k = None if kernel is None else kernel.compiled  # a fused plan has no reduce
             if k is None:
                 continue
-            label = f"{kind} {tuple(key[-3]) if kind == 'partition' else ''} " + ",".join(
-                f"{n}={v}" for n, v in getattr(plan, kind).constexprs.items()
+            label = f"{kind} {tuple(plan.config) if kind == 'partition' else ''} " + ",".join(
+                f"{n}={v}" for n, v in kernel.constexprs.items()
             )
             found[label] = dict(
                 regs=getattr(k, "n_regs", None),
@@ -269,10 +277,10 @@ def measure(name, bw, opts):
     lens, nh, nkv, hs = SHAPES[name]
     a, b = make(lens, nh, nkv, hs, seed=0), make(lens, nh, nkv, hs, seed=1)
     kv_bytes = 2 * sum(lens) * nkv * hs * a["key_cache"].element_size()
-    cfg, programs, d_pad = table_config(lens, nh, nkv, hs)
-    row = dict(kv_bytes=kv_bytes, floor_us=kv_bytes / bw * 1e6, programs=programs)
-    row["config"] = list(cfg)
+    d_pad = max(16, 1 << max(0, (hs - 1).bit_length()))
     fa, fb = entry(a), entry(b)
+    row = dict(kv_bytes=kv_bytes, floor_us=kv_bytes / bw * 1e6, **plan_of(fa))
+    cfg = tuple(row["config"])
     a["out"].fill_(float("nan"))
     path = dispatch.paged_attention_v2_with_path(*positional(a))
     torch.cuda.synchronize()
@@ -283,8 +291,9 @@ def measure(name, bw, opts):
     row["one_us"] = one_call_graph_us(fa)
     for key in ("chain", "one"):
         row[f"{key}_pct_copy"] = 100 * kv_bytes / (row[f"{key}_us"] * 1e-6) / bw
+    launch = f"{tuple(cfg)} chunk {row['chunk']}" + (" fused" if row["fused"] else "")
     print(
-        f"{name:<20} {path:>6} {tuple(cfg)!s:<32} chain {row['chain_us']:7.1f} us "
+        f"{name:<20} {path:>6} {launch:<48} chain {row['chain_us']:7.1f} us "
         f"({row['chain_pct_copy']:5.1f}% of copy)  one {row['one_us']:7.1f} us "
         f"({row['one_pct_copy']:5.1f}%)  err {row['err_f64']:.1e}"
         + ("" if row["ok"] else "  WRONG")

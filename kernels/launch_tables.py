@@ -18,7 +18,9 @@ class LaunchConfig(NamedTuple):
     tile: tokens per loop step; warps/stages: Triton's num_warps/num_stages; early_v: issue
     the V load before the QK product; prefetch: 0 none, 1 block ids one tile ahead, 2 block
     ids and K/V one tile ahead (register double buffer); k3d: load K tiles in memory order,
-    whole lines per load instruction (Triton >= 3.0; older Triton keeps the 2-D load).
+    whole lines per load instruction (Triton >= 3.0; older Triton keeps the 2-D load);
+    chunk: tokens per program (a power of two >= tile and <= 512; 512 writes vLLM's own
+    partition buffers), 0 = chosen by :func:`pick_chunk`.
     """
 
     tile: int
@@ -27,6 +29,7 @@ class LaunchConfig(NamedTuple):
     early_v: bool = True
     prefetch: int = 0
     k3d: bool = False
+    chunk: int = 0
 
 
 # Triton >= 3.0 (K tiles loaded in memory order, runs v8-v9): (64,2,1) below 4096
@@ -41,6 +44,9 @@ K3D_CONFIGS: Dict[int, LaunchConfig] = {
 }
 K3D_MANY_PROGRAMS = 4096
 K3D_MANY_PROGRAMS_CONFIG = LaunchConfig(32, 1, 1, True, prefetch=1, k3d=True)
+# Since run v25 the same config also takes every 16-row program count at head <= 128 (a
+# GQA group of <= 16 query heads), with the chunk rule below filling the SMs: (64,2,1) and
+# (32,2,1,pf1) lost to it at every single-sequence shape once the chunk was chosen.
 # 64 rows per program (33-64+ query heads per kv head: MQA models), head <= 128: four warps
 # spread the [64, D] accumulator; the 1-2 warp configs above spill there (run v18: 3.5x
 # faster at 128 x 16K tokens, 1.3-1.7x at 1024 and 196 programs).
@@ -71,6 +77,23 @@ WIDE_GROUP_ROWS = 64
 WIDE_GROUP_CONFIG = LaunchConfig(64, 4, 1, True)
 WIDE_GROUP_MANY_CONFIG = LaunchConfig(32, 4, 1, True)
 
+# Tokens per program ("chunk").  vLLM's 512-token partitions give a single long sequence
+# few programs (one 32K sequence with 8 kv heads: 512, for 1056 one-warp slots on an
+# H200), and a program count just past a whole number of waves leaves a half-empty last
+# wave (one 100K sequence: 1568 = 1.48 waves).  For the one-warp k3d config at 16 rows
+# (K3D_MANY_PROGRAMS_CONFIG: 251-255 registers, 8 programs per SM), the chunk is the
+# smallest of 512/256/128 whose programs still fit one wave; when even 512 needs more,
+# the one whose last wave is fullest (ties: the larger chunk).  Run v25 (H200, per call
+# in a 20-call graph): 1 x 100K 32/8 114.9 -> 106.6 us (chunk 256), 1 x 100K 28/4 74.8 ->
+# 59.8 us (512 with this config), 1 x 32K 43.1 -> 39.4 us (256).  Chunks below 512 keep
+# their partials in a scratch buffer of ours (vLLM's buffers have one slot per 512
+# tokens).  Other configs keep 512: head 256 measured slower at 256 and 128 (v25), and
+# nothing else was measured.
+CHUNKS = (512, 256, 128)
+MAX_CHUNK = CHUNKS[0]
+MIN_CHUNK = CHUNKS[-1]
+K3D_SLOTS_PER_SM = 8
+
 _override: Optional[LaunchConfig] = None
 
 
@@ -95,7 +118,7 @@ def pick_config(programs: int, d_pad: int, g_pad: int = 16, k3d: bool = True) ->
         if g_pad >= WIDE_GROUP_ROWS and d_pad <= 128:
             many = programs >= K3D_MANY_PROGRAMS
             return K3D_WIDE_GROUP_MANY_CONFIG if many else K3D_WIDE_GROUP_CONFIG
-        if programs >= K3D_MANY_PROGRAMS and d_pad <= 128:
+        if d_pad <= 128 and (g_pad <= 16 or programs >= K3D_MANY_PROGRAMS):
             return K3D_MANY_PROGRAMS_CONFIG
         return K3D_CONFIGS.get(d_pad, FALLBACK_CONFIG._replace(k3d=True))
     if g_pad >= WIDE_GROUP_ROWS and d_pad <= 128:
@@ -105,3 +128,18 @@ def pick_config(programs: int, d_pad: int, g_pad: int = 16, k3d: bool = True) ->
     if programs >= MANY_PROGRAMS and d_pad <= 128:
         return MANY_PROGRAMS_CONFIG
     return DEFAULT_CONFIGS.get(d_pad, FALLBACK_CONFIG)
+
+
+def pick_chunk(programs_at_max: int, sms: int, config: LaunchConfig, g_pad: int, d_pad: int) -> int:
+    """Tokens per program for ``config``, given the programs 512-token chunks would launch
+    and the device's SM count (0: unknown, e.g. Triton's interpreter): see CHUNKS."""
+    if config.chunk:
+        return config.chunk
+    if not (sms and config == K3D_MANY_PROGRAMS_CONFIG and g_pad <= 16 and d_pad <= 128):
+        return MAX_CHUNK
+    slots = K3D_SLOTS_PER_SM * sms
+    waves = {c: programs_at_max * (MAX_CHUNK // c) / slots for c in CHUNKS}
+    fits = [c for c in CHUNKS if waves[c] <= 1]
+    if fits:
+        return fits[-1]
+    return min(CHUNKS, key=lambda c: (round(-(-waves[c] // 1) / waves[c], 3), -c))

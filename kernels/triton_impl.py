@@ -1,27 +1,31 @@
-"""Triton PagedAttention V2: split-KV partitions of 512 tokens + a log-sum-exp reduction.
+"""Triton PagedAttention V2: split-KV chunks + a log-sum-exp reduction.
 
-One program per (sequence, kv head, partition): it loads every query head that shares
-the kv head (GQA/MQA; rows padded to >= 16 for ``tl.dot``), gathers K/V through the
-block table tile by tile, and keeps an online softmax.  Each K/V byte is read once per
-kv head.  It writes vLLM's partition buffers (``tmp_out`` normalized by the partition's
-own exp-sum, ``exp_sums``, ``max_logits``); a second kernel reduces them into ``out``.
+One program per (sequence, kv head, chunk of tokens): it loads every query head that
+shares the kv head (GQA/MQA; rows padded to >= 16 for ``tl.dot``), gathers K/V through
+the block table tile by tile, and keeps an online softmax.  Each K/V byte is read once
+per kv head.  A chunk is vLLM's 512-token partition, or 256/128 tokens where that fills
+the GPU better (``launch_tables.pick_chunk``).  512-token chunks write vLLM's partition
+buffers (``tmp_out`` normalized by the partition's own exp-sum, ``exp_sums``,
+``max_logits``), smaller ones a per-device scratch buffer of ours in the same layout; a
+second kernel reduces them into ``out``.  A batch of several sequences numbers only the
+chunks that exist (COMPACT); a short sequence called eagerly is one launch, the last
+chunk of each kv head merging the others (FUSED).
 
 Only Triton 2.1 language features: tl.dot, masked tl.load/tl.store, tl.max/tl.sum,
-tl.exp, tl.where, tl.arange, tl.zeros, constexpr.  fp32 caches use a 3-pass bf16
-split product (hi*hi + hi*lo + lo*hi), so no TF32/precision keyword is needed.  One
-exception, chosen at launch: on Triton >= 3.0 K tiles are loaded in memory order and
-permuted (``k3d``; tl.permute/3-D reshape), which keeps each load instruction on whole
-cache lines; older Triton gets the 2-D load and launch tables tuned for it.  Launch
-choices: ``launch_tables.py``; measurements: docs/kernel-notes.md.
+tl.cumsum, tl.exp, tl.where, tl.arange, tl.zeros, atomics, constexpr.  fp32 caches use a
+3-pass bf16 split product (hi*hi + hi*lo + lo*hi), so no TF32/precision keyword is
+needed.  One exception, chosen at launch: on Triton >= 3.0 K tiles are loaded in memory
+order and permuted (``k3d``; tl.permute/3-D reshape), which keeps each load instruction
+on whole cache lines; older Triton gets the 2-D load and launch tables tuned for it.
+Launch choices: ``launch_tables.py``; measurements: docs/kernel-notes.md.
 
-A one-launch variant (balanced split-KV over a fixed grid, partials merged in-kernel
-through counters) was built and measured in session 4 and lost at every shape (run v21);
-see the notes for why.
+A balanced one-launch variant (a fixed grid, partials merged in-kernel in two levels)
+was built and measured in session 4 and lost at every shape (run v21); see the notes.
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import triton
 import triton.language as tl
@@ -150,64 +154,20 @@ def _load_kv_tile(
 
 
 @triton.jit
-def _pa_v2_partition_kernel(
-    exp_sums_ptr,
-    max_logits_ptr,
-    tmp_out_ptr,
-    q_ptr,
-    k_cache_ptr,
-    v_cache_ptr,
-    block_tables_ptr,
-    seq_lens_ptr,
-    alibi_ptr,
-    scale,
-    num_kv_heads,
-    num_group_chunks,
-    stride_qs,
-    stride_qh,
-    stride_qd,
-    stride_kb,
-    stride_kh,
-    stride_kd,
-    stride_kt,
-    stride_kx,
-    stride_vb,
-    stride_vh,
-    stride_vd,
-    stride_vt,
-    stride_bt,
-    stride_es_s,
-    stride_es_h,
-    stride_es_p,
-    stride_ml_s,
-    stride_ml_h,
-    stride_ml_p,
-    stride_to_s,
-    stride_to_h,
-    stride_to_p,
-    stride_to_d,
-    QUERIES_PER_KV: tl.constexpr,
-    G_PAD: tl.constexpr,
-    HEAD_SIZE: tl.constexpr,
-    D_PAD: tl.constexpr,
-    X: tl.constexpr,
-    BLOCK_SIZE: tl.constexpr,
-    PART: tl.constexpr,
-    TILE: tl.constexpr,
-    USE_ALIBI: tl.constexpr,
-    F32_SPLIT: tl.constexpr,
-    CONTIG_HINTS: tl.constexpr,
-    EARLY_V: tl.constexpr,
-    PREFETCH: tl.constexpr,
-    K_3D: tl.constexpr,
-):
-    pid = tl.program_id(0)
-    part = tl.program_id(1)
-    gc = pid % num_group_chunks
-    seq_kvh = pid // num_group_chunks
-    seq = seq_kvh // num_kv_heads
-    kvh = seq_kvh % num_kv_heads
-
+def _partition(
+    seq, part, kvh, gc, hg, exp_sums_ptr, max_logits_ptr, tmp_out_ptr, out_ptr, counters_ptr,
+    q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr, alibi_ptr, scale,
+    num_hg, stride_qs, stride_qh, stride_qd, stride_kb, stride_kh, stride_kd, stride_kt,
+    stride_kx, stride_vb, stride_vh, stride_vd, stride_vt, stride_bt, stride_es_s,
+    stride_es_h, stride_es_p, stride_ml_s, stride_ml_h, stride_ml_p, stride_to_s,
+    stride_to_h, stride_to_p, stride_to_d, stride_os, stride_oh,
+    QUERIES_PER_KV: tl.constexpr, G_PAD: tl.constexpr, HEAD_SIZE: tl.constexpr,
+    D_PAD: tl.constexpr, X: tl.constexpr, BLOCK_SIZE: tl.constexpr, PART: tl.constexpr,
+    TILE: tl.constexpr, USE_ALIBI: tl.constexpr, F32_SPLIT: tl.constexpr,
+    CONTIG_HINTS: tl.constexpr, EARLY_V: tl.constexpr, PREFETCH: tl.constexpr,
+    K_3D: tl.constexpr, FUSED: tl.constexpr, P_FUSE: tl.constexpr,
+):  # fmt: skip
+    # One chunk of PART tokens of one sequence for the query heads (rows) of one kv head.
     seq_len = tl.load(seq_lens_ptr + seq)
     start = part * PART
     end = tl.minimum(start + PART, seq_len)
@@ -316,24 +276,123 @@ def _pa_v2_partition_kernel(
     l_safe = tl.where(l_i > 0, l_i, 1.0)
     res = acc / l_safe[:, None]
     st_rows = row_ok & part_ok
-    to_ptrs = (
-        tmp_out_ptr
-        + seq * stride_to_s
-        + heads[:, None] * stride_to_h
-        + part * stride_to_p
-        + d[None, :] * stride_to_d
-    )
-    tl.store(to_ptrs, res.to(tmp_out_ptr.dtype.element_ty), mask=st_rows[:, None] & d_ok[None, :])
+    to_base = tmp_out_ptr + seq * stride_to_s + heads * stride_to_h
+    es_base = exp_sums_ptr + seq * stride_es_s + heads * stride_es_h
+    ml_base = max_logits_ptr + seq * stride_ml_s + heads * stride_ml_h
     tl.store(
-        exp_sums_ptr + seq * stride_es_s + heads * stride_es_h + part * stride_es_p,
-        l_i,
-        mask=st_rows,
+        to_base[:, None] + part * stride_to_p + d[None, :] * stride_to_d,
+        res.to(tmp_out_ptr.dtype.element_ty),
+        mask=st_rows[:, None] & d_ok[None, :],
     )
-    tl.store(
-        max_logits_ptr + seq * stride_ml_s + heads * stride_ml_h + part * stride_ml_p,
-        m_i,
-        mask=st_rows,
-    )
+    tl.store(es_base + part * stride_es_p, l_i, mask=st_rows)
+    tl.store(ml_base + part * stride_ml_p, m_i, mask=st_rows)
+    if FUSED:
+        # One launch for short sequences: the last chunk of (sequence, kv head, group
+        # chunk) to finish merges every chunk's partial into `out`, found through a
+        # counter that it resets to zero (so a CUDA-graph replay starts clean).
+        out_rows = out_ptr + seq * stride_os + heads * stride_oh
+        n_parts = (seq_len + PART - 1) // PART
+        if part_ok:
+            tl.debug_barrier()  # every thread's partial is stored before the release
+            ctr = counters_ptr + seq * num_hg + hg
+            arrived = tl.atomic_add(ctr, 1, sem="acq_rel")
+            if arrived == n_parts - 1:
+                tl.atomic_xchg(ctr, 0)
+                pj = tl.arange(0, P_FUSE)
+                pm = row_ok[:, None] & (pj < n_parts)[None, :]
+                ml = tl.load(ml_base[:, None] + pj[None, :] * stride_ml_p, mask=pm, other=0.0)
+                es = tl.load(es_base[:, None] + pj[None, :] * stride_es_p, mask=pm, other=0.0)
+                ml = tl.where(pm, ml, float("-inf"))
+                m_all = tl.max(ml, 1)
+                m_all = tl.where(m_all > float("-inf"), m_all, 0.0)
+                w = tl.where(pm, tl.exp(ml - m_all[:, None]) * es, 0.0)
+                total = tl.sum(w, 1)
+                total = tl.where(total > 0, total, 1.0)
+                merged = tl.zeros([G_PAD, D_PAD], dtype=tl.float32)
+                for j in range(0, n_parts):
+                    t = tl.load(
+                        to_base[:, None] + j * stride_to_p + d[None, :] * stride_to_d,
+                        mask=row_ok[:, None] & d_ok[None, :],
+                        other=0.0,
+                    ).to(tl.float32)
+                    wj = tl.sum(tl.where(pj[None, :] == j, w, 0.0), 1)
+                    merged += wj[:, None] * t
+                tl.store(
+                    out_rows[:, None] + d[None, :],
+                    (merged / total[:, None]).to(out_ptr.dtype.element_ty),
+                    mask=row_ok[:, None] & d_ok[None, :],
+                )
+        elif part == 0:  # an empty sequence: no chunk arrives, its rows are zero
+            tl.store(
+                out_rows[:, None] + d[None, :],
+                tl.zeros([G_PAD, D_PAD], dtype=out_ptr.dtype.element_ty),
+                mask=row_ok[:, None] & d_ok[None, :],
+            )
+
+
+@triton.jit
+def _pa_v2_partition_kernel(
+    exp_sums_ptr, max_logits_ptr, tmp_out_ptr, out_ptr, counters_ptr, q_ptr, k_cache_ptr,
+    v_cache_ptr, block_tables_ptr, seq_lens_ptr, alibi_ptr, scale, num_seqs, num_kv_heads,
+    num_group_chunks, stride_qs, stride_qh, stride_qd, stride_kb, stride_kh,
+    stride_kd, stride_kt, stride_kx, stride_vb, stride_vh, stride_vd, stride_vt, stride_bt,
+    stride_es_s, stride_es_h, stride_es_p, stride_ml_s, stride_ml_h, stride_ml_p,
+    stride_to_s, stride_to_h, stride_to_p, stride_to_d, stride_os, stride_oh,
+    QUERIES_PER_KV: tl.constexpr, G_PAD: tl.constexpr, HEAD_SIZE: tl.constexpr,
+    D_PAD: tl.constexpr, X: tl.constexpr, BLOCK_SIZE: tl.constexpr, PART: tl.constexpr,
+    TILE: tl.constexpr, USE_ALIBI: tl.constexpr, F32_SPLIT: tl.constexpr,
+    CONTIG_HINTS: tl.constexpr, EARLY_V: tl.constexpr, PREFETCH: tl.constexpr,
+    K_3D: tl.constexpr, FUSED: tl.constexpr, P_FUSE: tl.constexpr, COMPACT: tl.constexpr,
+    NS_PAD: tl.constexpr,
+):  # fmt: skip
+    # Grid: (sequences x kv heads x group chunks, chunks of the longest sequence), or with
+    # COMPACT one axis over (chunk item, kv head x group chunk) with the items of every
+    # sequence numbered back to back (from the lengths' prefix sum): in a ragged batch the
+    # programs with work come first, and the ones past the last item exit at once (run
+    # v25: 147.1 -> 124.2 us on the 16-sequence ragged batch).
+    num_hg = num_kv_heads * num_group_chunks
+    if COMPACT:
+        pid = tl.program_id(0)
+        hg = pid % num_hg
+        item = pid // num_hg
+        sidx = tl.arange(0, NS_PAD)
+        lens = tl.load(seq_lens_ptr + sidx, mask=sidx < num_seqs, other=0)
+        chunks = (tl.maximum(lens, 0) + PART - 1) // PART
+        ends = tl.cumsum(chunks, 0)  # chunk items of sequences 0..s
+        # Past the last item: the last sequence, a chunk past its end (no work, no stores).
+        seq = tl.minimum(tl.sum((ends <= item).to(tl.int32), 0), num_seqs - 1)
+        part = item - tl.sum(tl.where(sidx < seq, chunks, 0), 0)
+        kvh = hg // num_group_chunks
+        gc = hg % num_group_chunks
+        _partition(
+            seq, part, kvh, gc, hg, exp_sums_ptr, max_logits_ptr, tmp_out_ptr, out_ptr,
+            counters_ptr, q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr,
+            alibi_ptr, scale, num_hg, stride_qs, stride_qh, stride_qd, stride_kb,
+            stride_kh, stride_kd, stride_kt, stride_kx, stride_vb, stride_vh, stride_vd,
+            stride_vt, stride_bt, stride_es_s, stride_es_h, stride_es_p, stride_ml_s,
+            stride_ml_h, stride_ml_p, stride_to_s, stride_to_h, stride_to_p, stride_to_d,
+            stride_os, stride_oh,
+            QUERIES_PER_KV, G_PAD, HEAD_SIZE, D_PAD, X, BLOCK_SIZE, PART, TILE, USE_ALIBI,
+            F32_SPLIT, CONTIG_HINTS, EARLY_V, PREFETCH, K_3D, FUSED, P_FUSE,
+        )  # fmt: skip
+    else:
+        pid = tl.program_id(0)
+        part = tl.program_id(1)
+        hg = pid % num_hg
+        seq = pid // num_hg
+        kvh = hg // num_group_chunks
+        gc = hg % num_group_chunks
+        _partition(
+            seq, part, kvh, gc, hg, exp_sums_ptr, max_logits_ptr, tmp_out_ptr, out_ptr,
+            counters_ptr, q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr,
+            alibi_ptr, scale, num_hg, stride_qs, stride_qh, stride_qd, stride_kb,
+            stride_kh, stride_kd, stride_kt, stride_kx, stride_vb, stride_vh, stride_vd,
+            stride_vt, stride_bt, stride_es_s, stride_es_h, stride_es_p, stride_ml_s,
+            stride_ml_h, stride_ml_p, stride_to_s, stride_to_h, stride_to_p, stride_to_d,
+            stride_os, stride_oh,
+            QUERIES_PER_KV, G_PAD, HEAD_SIZE, D_PAD, X, BLOCK_SIZE, PART, TILE, USE_ALIBI,
+            F32_SPLIT, CONTIG_HINTS, EARLY_V, PREFETCH, K_3D, FUSED, P_FUSE,
+        )  # fmt: skip
 
 
 @triton.jit
@@ -446,13 +505,27 @@ MAX_GROUP_ROWS = 64
 HAS_PERMUTE = hasattr(tl, "permute")
 TRITON_MAJOR = int(getattr(triton, "__version__", "0").split(".")[0])
 # The reduce kernel loads every partition of a sequence at once (one round trip) up to
-# this many partitions (256 x 512 = 128K tokens); longer sequences loop over chunks.
-REDUCE_SINGLE_PASS_MAX = 256
+# this many partitions; longer sequences loop over chunks.
+REDUCE_SINGLE_PASS_MAX = 512
+# One launch (the last chunk of each kv head merges, see _partition) for eager calls on
+# sequences of up to FUSE_MAX_PARTITIONS of vLLM's 512-token partitions (chunks stay at
+# 512 there), or for any plan of up to FUSE_MAX_CHUNKS chunks (0: only the first rule):
+# short sequences, where the host cost of a second launch is most of an eager decode
+# call (run v26, 1 x 1024: 25.5 us per call against 47.4 us for two launches).  In a CUDA
+# graph, and for longer sequences, the reduce kernel stays: the merging program walks the
+# chunks in series (run v25, 1 x 1024 in 8 chunks of 128: 9.4 us fused against 7.6 us
+# for two launches per call in a graph; v26, 1 x 2048 in 4 chunks: 28.6 us).
+FUSE_MAX_PARTITIONS = 4
+FUSE_MAX_CHUNKS = 0
+# A batch of more than one sequence launches only the chunks that exist (COMPACT) while its
+# lengths fit one vector per program.
+COMPACT_MAX_SEQS = 256
 _k3d_state = {"disabled": False}
 # Relaunch a compiled kernel through its launcher, skipping Triton's per-call argument
 # binding (Triton >= 3: the launcher takes every parameter, constexprs included).
 _fast = {"enabled": TRITON_MAJOR >= 3}
 _MAX_PLANS = 4096
+_sm_counts: Dict[Any, int] = {}
 
 
 def k3d_enabled() -> bool:
@@ -471,6 +544,20 @@ def pick_config(programs: int, d_pad: int, device: Any = None, g_pad: int = 16) 
     """The tables' choice for this process's load path (k3d or 2-D); ``device`` unused."""
     del device
     return launch_tables.pick_config(programs, d_pad, g_pad, k3d_enabled())
+
+
+def sm_count(device: Any) -> int:
+    """Streaming multiprocessors of a CUDA device; 0 elsewhere (Triton's interpreter on
+    CPU tensors), where chunks stay at 512 tokens unless a config asks for less."""
+    n = _sm_counts.get(device)
+    if n is None:
+        n = 0
+        if getattr(device, "type", None) == "cuda":
+            import torch
+
+            n = int(torch.cuda.get_device_properties(device).multi_processor_count)
+        _sm_counts[device] = n
+    return n
 
 
 class UnsupportedLayout(ValueError):
@@ -505,22 +592,78 @@ class _Kernel:
             self.compiled = handle
 
 
+class _Scratch:
+    """Per-device buffers of ours: chunk partials when chunks are smaller than vLLM's
+    512-token partitions, and the fused merge's counters.  Grown on demand; a replaced
+    buffer is kept alive (a captured CUDA graph may still point at it).  Counters are zero
+    at rest (each merge resets its own), so one zeroed buffer serves every shape."""
+
+    def __init__(self) -> None:
+        self.partials: Dict[Any, Any] = {}
+        self.counters: Dict[Any, Any] = {}
+        self.retired: List[Any] = []
+
+    def partial_views(self, like: Any, num_seqs: int, num_heads: int, chunks: int, head: int):
+        """``tmp_out``, ``exp_sums``, ``max_logits`` views for ``chunks`` chunks per
+        sequence (vLLM's layout), in one buffer per (device, dtype) that at least doubles
+        when it grows.  Shared by every plan: calls run in stream order, one at a time."""
+        import torch
+
+        n_out = num_seqs * num_heads * chunks * head
+        n_ml = num_seqs * num_heads * chunks
+        key = (like.device, like.dtype)
+        held = self.partials.get(key)
+        if held is None or held[0].numel() < n_out or held[1].numel() < 2 * n_ml:
+            old_out, old_ml = (0, 0) if held is None else (held[0].numel(), held[1].numel())
+            if held is not None:
+                self.retired.append(held)
+            held = self.partials[key] = (
+                torch.empty(max(n_out, 2 * old_out), dtype=like.dtype, device=like.device),
+                torch.empty(max(2 * n_ml, 2 * old_ml), dtype=torch.float32, device=like.device),
+            )
+        out, ml = held
+        tmp = out[:n_out].view(num_seqs, num_heads, chunks, head)
+        es = ml[:n_ml].view(num_seqs, num_heads, chunks)
+        mx = ml[n_ml : 2 * n_ml].view(num_seqs, num_heads, chunks)
+        return tmp, es, mx
+
+    def counter_buffer(self, device: Any, needed: int) -> Optional[Any]:
+        """Zeroed counters, or None while a CUDA graph is being captured and the buffer
+        would have to grow (a zero-fill captured into the graph would not run now)."""
+        import torch
+
+        held = self.counters.get(device)
+        if held is not None and held.numel() >= needed:
+            return held
+        if getattr(device, "type", None) == "cuda" and torch.cuda.is_current_stream_capturing():
+            return None
+        if held is not None:
+            self.retired.append(held)
+        held = self.counters[device] = torch.zeros(
+            max(needed, 4096), dtype=torch.int32, device=device
+        )
+        return held
+
+
+_scratch = _Scratch()
+
+
 class _Plan:
     """Everything fixed for one (shapes, strides, dtypes, partitions, config): built once,
     so a call only gathers its tensors."""
 
-    __slots__ = ("partition", "reduce", "part_strides", "reduce_strides", "n_gc")
+    __slots__ = ("partition", "reduce", "part_strides", "reduce_strides", "n_gc", "partials")
+    __slots__ += ("counters", "config")
 
-    def __init__(self, c: DecodeCall, config: LaunchConfig, k3d: bool) -> None:
+    def __init__(
+        self, c: DecodeCall, config: Optional[LaunchConfig], k3d: bool, fusable: bool = False
+    ) -> None:
         query, key_cache, value_cache = c.query, c.key_cache, c.value_cache
-        out, exp_sums, max_logits, tmp_out = c.out, c.exp_sums, c.max_logits, c.tmp_out
+        out = c.out
         num_seqs, num_heads, head_size = query.shape
         qpk = num_heads // c.num_kv_heads
         d_pad = max(16, _next_pow2(head_size))
         f32_split = key_cache.element_size() == 4
-        tile, warps, stages, early_v, prefetch, config_k3d = config
-        tile = min(tile, PARTITION_SIZE)
-        k3d = k3d and bool(config_k3d)
         g_pad = group_rows(qpk)
         if d_pad >= 256 and (f32_split or not k3d):
             # At head 256 the query operand and its layout copies dominate shared memory
@@ -528,17 +671,55 @@ class _Plan:
             # Triton 2.1 needs 53 KB at 32 rows): 16 rows per program, more group chunks.
             g_pad = 16
         n_gc = (qpk + g_pad - 1) // g_pad
+        num_hg = c.num_kv_heads * n_gc
+        at_max = num_seqs * num_hg * c.num_partitions  # programs with 512-token chunks
+        if config is None:
+            config = launch_tables.pick_config(at_max, d_pad, g_pad, k3d)
+        self.config = config  # as given or as the tables picked it (for tests, benchmarks)
+        # One launch for short sequences called eagerly (FUSE_MAX_PARTITIONS, _fusable), in
+        # vLLM's partitions.
+        fused = fusable and not config.chunk
+        if fused:
+            chunk = PARTITION_SIZE
+        else:
+            sms = sm_count(query.device)
+            chunk = launch_tables.pick_chunk(at_max, sms, config, g_pad, d_pad)
+        if chunk & (chunk - 1) or not 16 <= chunk <= PARTITION_SIZE:
+            raise ValueError(f"paged_attention_v2 (Triton): chunk {chunk} is not 16-512, 2^k")
+        chunk = max(chunk, c.block_size)  # whole blocks per chunk (the V load's hints)
+        n_chunks = (c.max_seq_len + chunk - 1) // chunk
+        tile, warps, stages, early_v, prefetch, config_k3d = tuple(config)[:6]
+        tile = min(tile, chunk)
+        k3d = k3d and bool(config_k3d)
         x = key_cache.shape[4]
-        num_parts = c.num_partitions
         # Shared memory within 48 KB per program (the BI-V100's limit; checked by
         # scripts/check_triton_compile.py on Triton 2.1 and 3.x): the staged dot operands
         # grow with rows x head size and with the tile.
-        if f32_split:
-            tile = min(tile, 16 if g_pad >= 64 or d_pad >= 256 else 64)  # after the cap
+        if f32_split:  # the 3-pass split product stages hi and lo halves of each operand
+            tile = min(tile, 16 if g_pad >= 64 or d_pad >= 256 else 32 if g_pad >= 32 else 64)
         elif g_pad >= 64 and d_pad >= 256:
             tile = min(tile, 16)
-        elif g_pad >= 64 and not k3d:
+        elif g_pad >= 32 and not k3d:  # Triton 2.1's 2-D load: 49408 bytes at 32 x 64
             tile = min(tile, 32)
+        if chunk == PARTITION_SIZE:  # vLLM's own partition buffers
+            tmp_out, exp_sums, max_logits = c.tmp_out, c.exp_sums, c.max_logits
+            max_parts = min(exp_sums.shape[2], max_logits.shape[2], tmp_out.shape[2])
+            self.partials: Optional[tuple] = None
+        else:
+            tmp_out, exp_sums, max_logits = _scratch.partial_views(
+                c.tmp_out, num_seqs, num_heads, n_chunks, head_size
+            )
+            max_parts = n_chunks
+            self.partials = (exp_sums, max_logits, tmp_out)
+        fused = fused or n_chunks <= FUSE_MAX_CHUNKS
+        counters = _scratch.counter_buffer(query.device, num_seqs * num_hg) if fused else None
+        fused = counters is not None
+        self.counters = counters
+        compact = 1 < num_seqs <= COMPACT_MAX_SEQS
+        if compact:  # sequences x chunks of the longest: an upper bound of the items
+            grid = (num_hg * num_seqs * n_chunks, 1, 1)
+        else:
+            grid = (num_seqs * num_hg, n_chunks, 1)
         ks, vs = key_cache.stride(), value_cache.stride()
         # Contiguity hints hold for vLLM's dense cache layouts: x elements contiguous in K,
         # block_size tokens contiguous in V, every block/head/row start aligned to them.
@@ -549,13 +730,13 @@ class _Plan:
             and all(v % c.block_size == 0 for v in vs[:3])
         )
         self.n_gc = n_gc
-        self.part_strides = (c.num_kv_heads, n_gc) + tuple(query.stride()) + tuple(ks)
-        self.part_strides += tuple(vs) + (c.block_tables.stride(0),)
+        self.part_strides = (num_seqs, c.num_kv_heads, n_gc) + tuple(query.stride())
+        self.part_strides += tuple(ks) + tuple(vs) + (c.block_tables.stride(0),)
         self.part_strides += tuple(exp_sums.stride()) + tuple(max_logits.stride())
-        self.part_strides += tuple(tmp_out.stride())
+        self.part_strides += tuple(tmp_out.stride()) + tuple(out.stride()[:2])
         self.partition = _Kernel(
             _pa_v2_partition_kernel,
-            (num_seqs * c.num_kv_heads * n_gc, num_parts, 1),
+            grid,
             dict(
                 QUERIES_PER_KV=qpk,
                 G_PAD=g_pad,
@@ -563,7 +744,7 @@ class _Plan:
                 D_PAD=d_pad,
                 X=x,
                 BLOCK_SIZE=c.block_size,
-                PART=PARTITION_SIZE,
+                PART=chunk,
                 TILE=tile,
                 USE_ALIBI=c.alibi_slopes is not None,
                 F32_SPLIT=f32_split,
@@ -571,11 +752,19 @@ class _Plan:
                 EARLY_V=bool(early_v),
                 PREFETCH=int(prefetch),
                 K_3D=k3d,
+                FUSED=fused,
+                P_FUSE=max(2, _next_pow2(n_chunks)) if fused else 2,
+                COMPACT=compact,
+                NS_PAD=max(2, _next_pow2(num_seqs)) if compact else 2,
             ),
             dict(num_warps=warps, num_stages=stages),
         )
-        d_blk = min(32, d_pad)
-        max_parts = min(exp_sums.shape[2], max_logits.shape[2], tmp_out.shape[2])
+        if fused:
+            self.reduce = None
+            return
+        # Up to 256 partitions a program covers 32 columns of the head; up to 512, 16
+        # (the single-pass tile stays 8K values).
+        d_blk = min(32 if n_chunks <= 256 else 16, d_pad)
         self.reduce_strides = (num_heads, max_parts) + tuple(out.stride())
         self.reduce_strides += tuple(exp_sums.stride()) + tuple(max_logits.stride())
         self.reduce_strides += tuple(tmp_out.stride())
@@ -585,10 +774,10 @@ class _Plan:
             dict(
                 HEAD_SIZE=head_size,
                 D_BLK=d_blk,
-                PART=PARTITION_SIZE,
-                P_MAX=max(16, min(512, _next_pow2(num_parts))),
-                P_CHUNK=32,
-                SINGLE_PASS=num_parts <= REDUCE_SINGLE_PASS_MAX,
+                PART=chunk,
+                P_MAX=max(16, min(512, _next_pow2(n_chunks))),
+                P_CHUNK=4096 // d_blk,
+                SINGLE_PASS=n_chunks <= REDUCE_SINGLE_PASS_MAX,
             ),
             dict(num_warps=4),
         )
@@ -597,7 +786,7 @@ class _Plan:
 _plans: Dict[tuple, _Plan] = {}
 
 
-def _plan_key(c: DecodeCall, config: LaunchConfig, k3d: bool) -> tuple:
+def _plan_key(c: DecodeCall, config: Optional[LaunchConfig], k3d: bool) -> tuple:
     # Everything a plan and Triton's specialization depend on: shapes, strides, dtypes,
     # devices, partitions, and the data pointers' 16-byte alignment.
     q, kc = c.query, c.key_cache
@@ -621,7 +810,8 @@ def _plan_key(c: DecodeCall, config: LaunchConfig, k3d: bool) -> tuple:
         c.block_tables.stride(0),
         c.seq_lens.dtype,
         c.num_kv_heads,
-        c.num_partitions,
+        # The chunk count (grid, fused merge) follows the length at the finest chunk.
+        -(-c.max_seq_len // (config.chunk if config and config.chunk else launch_tables.MIN_CHUNK)),
         c.alibi_slopes is None,
         config,
         k3d,
@@ -629,29 +819,42 @@ def _plan_key(c: DecodeCall, config: LaunchConfig, k3d: bool) -> tuple:
     )
 
 
+def _fusable(c: DecodeCall) -> bool:
+    """Whether this call may take the one-launch plan: a short sequence, launched eagerly.
+    Inside a CUDA graph launches cost nothing on the host and the two-launch plan's
+    smaller chunks win on the GPU (run v26), so a captured call never fuses."""
+    if c.num_partitions > FUSE_MAX_PARTITIONS:
+        return False
+    if not c.query.is_cuda:
+        return True
+    import torch
+
+    return not torch.cuda.is_current_stream_capturing()
+
+
 def _launch(c: DecodeCall, config: Optional[LaunchConfig], k3d: bool) -> None:
-    if config is None:
-        num_seqs, num_heads, head_size = c.query.shape
-        g_pad = group_rows(num_heads // c.num_kv_heads)
-        n_gc = (num_heads // c.num_kv_heads + g_pad - 1) // g_pad
-        programs = num_seqs * c.num_kv_heads * n_gc * c.num_partitions
-        config = launch_tables.pick_config(programs, max(16, _next_pow2(head_size)), g_pad, k3d)
-    key = _plan_key(c, config, k3d)
+    fusable = _fusable(c)
+    key = _plan_key(c, config, k3d) + (fusable,)
     plan = _plans.get(key)
     if plan is None:
         if c.query.stride(2) != 1 or c.out.stride(2) != 1:
             raise UnsupportedLayout("paged_attention_v2 (Triton): query/out rows must be dense")
         if len(_plans) >= _MAX_PLANS:
             _plans.clear()
-        plan = _plans[key] = _Plan(c, config, k3d)
+        plan = _plans[key] = _Plan(c, config, k3d, fusable)
     seq_lens = c.seq_lens
     alibi = c.alibi_slopes if c.alibi_slopes is not None else seq_lens  # unused pointer
+    partials = plan.partials
+    if partials is None:
+        partials = (c.exp_sums, c.max_logits, c.tmp_out)
+    counters = plan.counters if plan.counters is not None else c.out  # unused if not fused
     plan.partition.launch(
-        (c.exp_sums, c.max_logits, c.tmp_out, c.query, c.key_cache, c.value_cache)
-        + (c.block_tables, seq_lens, alibi, c.scale)
+        partials + (c.out, counters, c.query, c.key_cache, c.value_cache, c.block_tables)
+        + (seq_lens, alibi, c.scale)
         + plan.part_strides
-    )
-    plan.reduce.launch((c.out, c.exp_sums, c.max_logits, c.tmp_out, seq_lens) + plan.reduce_strides)
+    )  # fmt: skip
+    if plan.reduce is not None:
+        plan.reduce.launch((c.out,) + partials + (seq_lens,) + plan.reduce_strides)
 
 
 def run(c: DecodeCall, config: Optional[LaunchConfig] = None) -> None:

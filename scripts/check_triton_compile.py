@@ -94,6 +94,8 @@ def groups_for(cname: str, d_pad: int):
     wide = [g for g in GROUPS if g[0] // g[1] >= launch_tables.WIDE_GROUP_ROWS]
     if "wide" in cname:
         return wide
+    if cname == "k3d" and d_pad <= 128:  # 16-row programs take the one-warp k3d config
+        return [g for g in GROUPS if 16 < g[0] // g[1] < launch_tables.WIDE_GROUP_ROWS]
     if d_pad <= 128:
         return [g for g in GROUPS if g not in wide]
     return list(GROUPS)
@@ -123,9 +125,10 @@ def cases(full: bool):
                 yield hs, dtype, bs, alibi, grp, lens, cname, cfg
 
 
-# Sequence lengths of the recorded batches: the reduce kernel's single pass (3 partitions)
-# and its chunked loop (past REDUCE_SINGLE_PASS_MAX partitions).
-LENS = ((700, 1300), (700, (triton_impl.REDUCE_SINGLE_PASS_MAX + 1) * 512))
+# Sequence lengths of the recorded batches: a short ragged batch (one launch: the fused
+# merge, compact grid), one long sequence (partition kernel + the reduce's single pass),
+# and a ragged batch past REDUCE_SINGLE_PASS_MAX partitions (the reduce's chunked loop).
+LENS = ((700, 1300), (5000,), (700, (triton_impl.REDUCE_SINGLE_PASS_MAX + 1) * 512))
 
 
 class _Recorder:

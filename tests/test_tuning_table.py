@@ -130,7 +130,13 @@ def test_decide_batch_buckets_and_alibi():
         ),
         (
             lambda d: d["devices"][0]["decode"][0]["points"][1]["winner"].update(config=[64, 4]),
-            r"winner\.config: expected 3 to 6 fields",
+            r"winner\.config: expected 3 to 7 fields",
+        ),
+        (
+            lambda d: d["devices"][0]["decode"][0]["points"][1]["winner"].update(
+                config=[64, 4, 1, True, 0, True, 96]
+            ),
+            r"winner\.config\[6\] \(chunk\): 0 or a power of two 16-512, got 96",
         ),
         (
             lambda d: d["devices"][0]["decode"][0]["points"][1]["winner"].update(

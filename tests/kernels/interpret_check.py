@@ -68,7 +68,7 @@ def _patch_interpreter() -> None:
 
 
 # (seq_lens, heads, kv heads, head size, block size, dtype, alibi, LaunchConfig fields or
-# None for the tables' choice, reduce in chunks)
+# None for the tables' choice, reduce in chunks[, triton_impl module knobs for the case])
 CASES = [
     ([1, 700, 1300], 8, 2, 128, 16, torch.bfloat16, True, None, False),
     ([513, 1025, 40], 4, 4, 256, 32, torch.float16, True, (32, 2, 1, False, 0, False), False),
@@ -82,6 +82,37 @@ CASES = [
     ([1100, 3], 2, 1, 80, 8, torch.bfloat16, False, (32, 2, 1, False, 1, True), True),
     # 71 query heads per kv head: 64-row programs, two group chunks (the wide-group table)
     ([300, 5], 71, 1, 64, 16, torch.bfloat16, False, None, False),
+    # Chunks smaller than vLLM's partitions (partials in our scratch): fused merge (<= 8
+    # chunks), reduce kernel, chunked reduce; ragged batches launch only existing chunks
+    # (COMPACT), with and without the fused merge.
+    ([1, 700, 1300], 8, 2, 128, 16, torch.bfloat16, True, (64, 2, 1, True, 0, True, 256), False),
+    ([1300, 40], 4, 1, 64, 16, torch.float16, False, (32, 1, 1, True, 1, True, 64), False),
+    ([1300, 17], 4, 2, 80, 8, torch.float32, True, (16, 1, 1, True, 0, False, 32), True),
+    ([5000], 8, 2, 64, 16, torch.bfloat16, False, (64, 2, 1, True, 0, True, 128), False),
+    (
+        [1, 4100, 3, 513],
+        8,
+        2,
+        64,
+        16,
+        torch.bfloat16,
+        False,
+        None,
+        False,
+        {"FUSE_MAX_CHUNKS": 0, "FUSE_MAX_PARTITIONS": 0},
+    ),
+    (
+        [1, 4100, 3, 513],
+        4,
+        4,
+        64,
+        32,
+        torch.float16,
+        True,
+        (32, 2, 1, True, 1, True, 128),
+        False,
+        {"FUSE_MAX_CHUNKS": 64},
+    ),
 ]
 
 
@@ -93,25 +124,31 @@ def _fill_nan(a) -> None:
 def run_case(case) -> float:
     """Two calls through triton_impl.run (the second reuses the first's plan), each checked:
     out against the float64 reference, and vLLM's partition buffers."""
-    lens, nh, nkv, hs, bs, dtype, alibi, cfg, chunked = case
+    lens, nh, nkv, hs, bs, dtype, alibi, cfg, chunked = case[:9]
+    knobs = dict(case[9]) if len(case) > 9 else {}
     a = make_inputs(lens, nh, nkv, hs, bs, dtype, "cpu", alibi=alibi, extra_partitions=1)
     c = call_mod.build((), dict(a))
     config = None if cfg is None else LaunchConfig(*cfg)
-    saved = triton_impl.REDUCE_SINGLE_PASS_MAX
-    triton_impl.REDUCE_SINGLE_PASS_MAX = 0 if chunked else saved
-    plans = len(triton_impl._plans)
+    if chunked:
+        knobs["REDUCE_SINGLE_PASS_MAX"] = 0
+    saved = {name: getattr(triton_impl, name) for name in knobs}
+    for name, value in knobs.items():
+        setattr(triton_impl, name, value)
+    triton_impl._plans.clear()
     try:
         for call in range(2):
             _fill_nan(a)
             triton_impl.run(c, config)
-            err = _check(a, lens, dtype)
-            assert len(triton_impl._plans) == plans + 1, f"call {call}: plan not reused"
+            assert len(triton_impl._plans) == 1, f"call {call}: plan not reused"
+            (plan,) = triton_impl._plans.values()
+            err = _check(a, lens, dtype, plan.partition.constexprs["PART"] == 512)
     finally:
-        triton_impl.REDUCE_SINGLE_PASS_MAX = saved
+        for name, value in saved.items():
+            setattr(triton_impl, name, value)
     return err
 
 
-def _check(a, lens, dtype) -> float:
+def _check(a, lens, dtype, vllm_buffers: bool) -> float:
     assert not torch.isnan(a["out"]).any(), "out has NaN"
     ref = reference_paged_attention(
         a["query"],
@@ -124,6 +161,8 @@ def _check(a, lens, dtype) -> float:
     )
     err = rel_err(a["out"], ref)
     assert err < tolerance(dtype), err
+    if not vllm_buffers:  # chunks below 512 tokens keep their partials in our scratch
+        return err
     # vLLM's partition-buffer contract: tmp_out normalized by its own exp-sum.
     buf_tol = 1e-4 if dtype == torch.float32 else 2e-2
     for s, n_tok in enumerate(lens):

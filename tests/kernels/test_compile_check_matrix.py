@@ -58,11 +58,19 @@ def test_every_case_is_a_launch_the_tables_make(check):
     assert {tuple(c) for c in tables} <= seen
 
 
-def test_recorded_launches_are_both_kernels_with_both_reduce_variants(check):
-    single, chunked = set(), set()
-    for case in list(check.cases(False))[:4]:
+def test_recorded_launches_cover_every_kernel_variant(check):
+    fused, single, chunked, compact = set(), set(), set(), set()
+    for case in list(check.cases(False))[:6]:
         launches = check.record_launches(case)
+        part_kwargs = launches[0][2]
+        if part_kwargs["COMPACT"]:
+            compact.add(case[5])
+        if part_kwargs["FUSED"]:  # one launch: the last chunk merges
+            assert [name for name, _, _ in launches] == ["partition"]
+            fused.add(case[5])
+            continue
         assert [name for name, _, _ in launches] == ["partition", "reduce"]
-        reduce_kwargs = launches[1][2]
-        (single if reduce_kwargs["SINGLE_PASS"] else chunked).add(case[5])
-    assert single and chunked  # the matrix reaches the chunked reduce loop too
+        (single if launches[1][2]["SINGLE_PASS"] else chunked).add(case[5])
+    # The matrix reaches the fused merge, both reduce variants, and both grids.
+    assert fused and single and chunked
+    assert compact and compact != set(check.LENS)

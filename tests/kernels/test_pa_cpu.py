@@ -603,10 +603,11 @@ def test_build_normalizes_scalars_and_refuses_bad_calls():
 
 def test_pick_config_k3d_tables():
     lt = launch_tables
-    for d_pad, config in lt.K3D_CONFIGS.items():
-        assert lt.pick_config(1, d_pad) == config
+    for d_pad, config in lt.K3D_CONFIGS.items():  # 32-row programs below K3D_MANY_PROGRAMS
+        assert lt.pick_config(1, d_pad, 32) == config
         assert lt.pick_config(lt.K3D_MANY_PROGRAMS - 1, d_pad, 32) == config
         assert config.k3d
+    assert lt.pick_config(1, 256) == lt.K3D_CONFIGS[256]
     # Many programs: one config at head <= 128; head 256 keeps its own.
     for d_pad in (32, 64, 128):
         assert lt.pick_config(lt.K3D_MANY_PROGRAMS, d_pad) == lt.K3D_MANY_PROGRAMS_CONFIG
@@ -655,7 +656,7 @@ def test_config_override():
     finally:
         lt.set_config_override(None)
     assert lt.config_override() is None
-    assert lt.pick_config(1, 128) == lt.K3D_CONFIGS[128]
+    assert lt.pick_config(1, 128, 32) == lt.K3D_CONFIGS[128]
 
 
 def _all_table_configs():
@@ -669,10 +670,12 @@ def _all_table_configs():
 
 def test_launch_table_entries_are_launchable():
     """Powers of two where Triton needs them; k3d only in the k3d tables; five fields plus
-    k3d (the old split field is gone)."""
+    k3d and chunk (the old split field is gone); the tables leave the chunk to the rule."""
     lt = launch_tables
-    assert lt.LaunchConfig._fields == ("tile", "warps", "stages", "early_v", "prefetch", "k3d")
+    fields = ("tile", "warps", "stages", "early_v", "prefetch", "k3d", "chunk")
+    assert lt.LaunchConfig._fields == fields
     for config in _all_table_configs():
+        assert config.chunk == 0, config
         assert config.tile >= 16 and config.tile & (config.tile - 1) == 0, config
         assert config.tile <= PARTITION_SIZE and PARTITION_SIZE % config.tile == 0, config
         assert config.warps in (1, 2, 4, 8), config
@@ -683,6 +686,38 @@ def test_launch_table_entries_are_launchable():
     assert not any(c.k3d for c in _all_table_configs() if c not in k3d)
     assert set(lt.DEFAULT_CONFIGS) == set(lt.K3D_CONFIGS) == {32, 64, 128, 256}
     assert lt.MANY_PROGRAMS < lt.MID_PROGRAMS_LIMIT
+
+
+@pytest.mark.parametrize(
+    "at_max,sms,expected",
+    [
+        (1568, 132, 256),  # one 100K sequence, 8 kv heads, H200: 2.97 waves, not 1.48
+        (784, 132, 512),  # 4 kv heads: 512-token chunks fit one wave (0.74)
+        (512, 132, 256),  # one 32K sequence: 0.97 waves at 256, 1.94 at 128
+        (16, 132, 128),  # short: the smallest chunk still fits one wave
+        (4096, 132, 512),  # 3.88 waves either way: the larger chunk
+        (8192, 132, 512),
+        (10, 0, 512),  # no SM count (the interpreter): vLLM's partitions
+    ],
+)
+def test_chunk_rule_fills_the_last_wave(at_max, sms, expected):
+    lt = launch_tables
+    many = lt.K3D_MANY_PROGRAMS_CONFIG
+    assert lt.pick_chunk(at_max, sms, many, 16, 128) == expected
+    # Other configs, wider groups, head 256: vLLM's partitions; a config's own chunk wins.
+    assert lt.pick_chunk(at_max, sms, lt.K3D_CONFIGS[128], 16, 128) == 512
+    assert lt.pick_chunk(at_max, sms, many, 32, 128) == 512
+    assert lt.pick_chunk(at_max, sms, many, 16, 256) == 512
+    assert lt.pick_chunk(at_max, sms, many._replace(chunk=64), 16, 128) == 64
+
+
+def test_k3d_small_groups_take_the_one_warp_config_at_every_program_count():
+    lt = launch_tables
+    for programs in (1, 512, 1568, lt.K3D_MANY_PROGRAMS, 10**6):
+        assert lt.pick_config(programs, 128, 16, True) == lt.K3D_MANY_PROGRAMS_CONFIG
+        assert lt.pick_config(programs, 64, 16, True) == lt.K3D_MANY_PROGRAMS_CONFIG
+    assert lt.pick_config(1568, 128, 32, True) == lt.K3D_CONFIGS[128]  # 32 rows: spills
+    assert lt.pick_config(1568, 256, 16, True) == lt.K3D_CONFIGS[256]
 
 
 def test_launch_tables_import_neither_torch_nor_triton():
@@ -707,6 +742,11 @@ def tf(monkeypatch):
     monkeypatch.setattr(triton_impl, "_k3d_state", {"disabled": False})
     monkeypatch.setattr(triton_impl, "_fast", {"enabled": True})
     monkeypatch.setattr(triton_impl, "HAS_PERMUTE", True)
+    # The two-launch plan with the (sequence, chunk) grid; the fused and compact plans
+    # have their own tests below.
+    monkeypatch.setattr(triton_impl, "FUSE_MAX_CHUNKS", 0)
+    monkeypatch.setattr(triton_impl, "FUSE_MAX_PARTITIONS", 0)
+    monkeypatch.setattr(triton_impl, "COMPACT_MAX_SEQS", 0)
     launch_tables.set_config_override(None)
     return triton_impl
 
@@ -751,10 +791,10 @@ def test_run_picks_the_table_config(tf, monkeypatch):
     explicit = lt.LaunchConfig(16, 2, 1, k3d=False)
     tf.run(_decode_call(), explicit)
     assert seen == [
-        (lt.K3D_CONFIGS[128], True),
+        (lt.K3D_MANY_PROGRAMS_CONFIG, True),  # 16 rows, head <= 128: the one-warp config
         (lt.K3D_WIDE_GROUP_CONFIG, True),
         (lt.K3D_CONFIGS[256], True),
-        (lt.K3D_CONFIGS[128], True),
+        (lt.K3D_MANY_PROGRAMS_CONFIG, True),
         (explicit, True),
     ]
     lt.set_config_override((32, 1, 1))
@@ -844,8 +884,9 @@ def test_plan_arguments_follow_the_kernel_signature(tf, which):
     assert kernel.const_values == tuple(kernel.constexprs.values())
     runtime = [p.name for p in params if not p.is_constexpr]
     if which == "partition":
-        head = ["exp_sums_ptr", "max_logits_ptr", "tmp_out_ptr", "q_ptr", "k_cache_ptr"]
-        head += ["v_cache_ptr", "block_tables_ptr", "seq_lens_ptr", "alibi_ptr", "scale"]
+        head = ["exp_sums_ptr", "max_logits_ptr", "tmp_out_ptr", "out_ptr", "counters_ptr"]
+        head += ["q_ptr", "k_cache_ptr", "v_cache_ptr", "block_tables_ptr", "seq_lens_ptr"]
+        head += ["alibi_ptr", "scale"]
         strides = plan.part_strides
     else:
         head = ["out_ptr", "exp_sums_ptr", "max_logits_ptr", "tmp_out_ptr", "seq_lens_ptr"]
@@ -870,7 +911,7 @@ def test_plan_group_chunks_and_grids(tf, heads, kv_heads, g_pad, n_gc):
     assert (part["TILE"], part["PREFETCH"], part["EARLY_V"], part["K_3D"]) == (32, 1, True, True)
     assert plan.partition.options == {"num_warps": 2, "num_stages": 1}
     assert plan.reduce.grid == (3 * heads, 128 // 32, 1)
-    assert plan.part_strides[:2] == (kv_heads, n_gc)
+    assert plan.part_strides[:3] == (3, kv_heads, n_gc)
 
 
 def test_plan_constants(tf, monkeypatch):
@@ -937,8 +978,9 @@ def test_launch_plain_then_compiled_fast_path(tf, monkeypatch):
     assert grid == (2 * 2, 2, 1)  # 2 seqs x 2 kv heads, 2 partitions of 512
     assert kwargs["num_warps"] == 4 and kwargs["num_stages"] == 1
     assert kwargs["K_3D"] is True and kwargs["TILE"] == 64
-    assert args[:4] == (c.exp_sums, c.max_logits, c.tmp_out, c.query)
-    assert args[7] is c.seq_lens and args[8] is c.seq_lens  # no ALiBi: a placeholder pointer
+    assert args[:6] == (c.exp_sums, c.max_logits, c.tmp_out, c.out, c.out, c.query)
+    assert args[4] is c.out  # not fused: a placeholder for the counters
+    assert args[9] is c.seq_lens and args[10] is c.seq_lens  # no ALiBi: a placeholder
     ((rgrid, rargs, rkwargs),) = red.launches
     assert rgrid == (2 * 8, 4, 1) and rargs[0] is c.out and rkwargs["num_warps"] == 4
     tf._launch(c, config, True)  # same plan: the compiled handles, positional constexprs
@@ -1002,3 +1044,57 @@ def test_plan_cache_is_bounded(tf, monkeypatch):
     for lens in ((700,), (700, 3), (700, 3, 5)):
         tf._launch(_decode_call(lens=lens), config, True)
     assert len(tf._plans) == 1  # cleared when full, then the new plan
+
+
+def test_fused_plan_is_one_launch_with_zeroed_counters(tf, monkeypatch):
+    """Up to FUSE_MAX_PARTITIONS partitions per sequence the partition kernel merges (one
+    launch): it gets the counters buffer (zeros at rest) and no reduce kernel is planned."""
+    part, red = _fake_kernels(tf, monkeypatch)
+    monkeypatch.setattr(tf, "FUSE_MAX_PARTITIONS", 4)
+    monkeypatch.setattr(tf, "_scratch", tf._Scratch())
+    c = _decode_call(lens=(700, 3))
+    tf._launch(c, launch_tables.K3D_CONFIGS[128], True)
+    (plan,) = tf._plans.values()
+    assert plan.reduce is None and red.launches == []
+    ((grid, args, kwargs),) = part.launches
+    assert kwargs["FUSED"] is True and kwargs["P_FUSE"] == 2  # 2 partitions of 512
+    counters = args[4]
+    assert counters is plan.counters and counters.dtype == torch.int32
+    assert counters.numel() >= 2 * 2 and not counters.any()
+    monkeypatch.setattr(tf, "FUSE_MAX_PARTITIONS", 1)
+    tf._plans.clear()
+    tf._launch(c, launch_tables.K3D_CONFIGS[128], True)
+    assert part.launches[-1][2]["FUSED"] is False and len(red.launches) == 1
+
+
+def test_compact_plan_grid_covers_every_possible_chunk(tf, monkeypatch):
+    """A ragged batch's compact grid: one program per (chunk, kv head) pair that may exist
+    (an upper bound: sequences x chunks of the longest); one sequence keeps the 2-D grid."""
+    part, _ = _fake_kernels(tf, monkeypatch)
+    monkeypatch.setattr(tf, "COMPACT_MAX_SEQS", 256)
+    c = _decode_call(lens=(700, 3, 1100))
+    tf._launch(c, launch_tables.K3D_CONFIGS[128], True)
+    grid, args, kwargs = part.launches[-1]
+    assert kwargs["COMPACT"] is True and kwargs["NS_PAD"] == 4
+    assert grid == (2 * 3 * 3, 1, 1)  # 2 kv heads x (3 sequences x 3 chunks)
+    one = _decode_call(lens=(700,))
+    tf._launch(one, launch_tables.K3D_CONFIGS[128], True)
+    assert part.launches[-1][2]["COMPACT"] is False
+
+
+@pytest.mark.parametrize("chunk", [16, 64, 256])
+def test_small_chunks_use_our_scratch_not_vllms_buffers(tf, monkeypatch, chunk):
+    part, red = _fake_kernels(tf, monkeypatch)
+    c = _decode_call(lens=(700, 3))
+    config = launch_tables.LaunchConfig(16, 1, 1, True, 0, True, chunk)
+    tf._launch(c, config, True)
+    (_, args, kwargs), (_, rargs, rkwargs) = part.launches[-1], red.launches[-1]
+    n_chunks = -(-700 // chunk)
+    assert kwargs["PART"] == rkwargs["PART"] == chunk
+    es, ml, tmp = args[:3]
+    assert all(t is not b for t, b in zip((es, ml, tmp), (c.exp_sums, c.max_logits, c.tmp_out)))
+    assert tmp.shape == (2, 8, n_chunks, 128) and es.shape == ml.shape == (2, 8, n_chunks)
+    assert rargs[1:4] == (es, ml, tmp)
+    assert tf._plan_key(c, config, True) != tf._plan_key(
+        dataclasses.replace(c, max_seq_len=700 + chunk), config, True
+    )  # another chunk count: another grid

@@ -158,8 +158,10 @@ def test_triton_gqa_alibi_block_sizes(group, alibi, block_size):
 
 
 @pytest.mark.parametrize("block_size", [16] + ([8, 32] if FULL else []))
-def test_triton_partition_buffers_follow_vllm_semantics(block_size):
-    """The Triton path writes vLLM's partition buffers as vLLM's CUDA kernel does."""
+def test_triton_partition_buffers_follow_vllm_semantics(block_size, monkeypatch, fresh_plans):
+    """With 512-token chunks the Triton path writes vLLM's partition buffers as vLLM's CUDA
+    kernel does (smaller chunks keep their partials in a scratch buffer of ours)."""
+    monkeypatch.setattr(launch_tables, "CHUNK_PROGRAMS_PER_SM", 0)
     a = make_inputs([1800, 600, 129], 8, 2, 64, block_size, torch.float32, "cuda", alibi=True)
     _run_and_check(a, torch.float32)
     for s in range(3):
@@ -251,18 +253,23 @@ def test_cuda_graph_replay_follows_new_queries():
         assert rel_err(a["out"], _reference(a)) < tolerance(torch.bfloat16)
 
 
-def test_compiled_launcher_fast_path(monkeypatch, fresh_plans):
-    """From the second call of a plan on, both kernels go through their compiled launchers
-    (no Triton argument binding); the result is identical to plain launches."""
+@pytest.mark.parametrize("fused", [False, True])
+def test_compiled_launcher_fast_path(monkeypatch, fresh_plans, fused):
+    """From the second call of a plan on, every kernel goes through its compiled launcher
+    (no Triton argument binding); the result is identical to plain launches.  Both the
+    two-launch plan and the fused one-launch plan."""
     ti = _triton_impl()
     if ti.TRITON_MAJOR < 3:
         pytest.skip("the compiled-launcher fast path needs Triton >= 3")
     monkeypatch.setitem(ti._fast, "enabled", True)
+    monkeypatch.setattr(ti, "FUSE_MAX_CHUNKS", 64 if fused else 0)
     a = make_inputs([3000, 17, 512], 32, 8, 128, 16, torch.bfloat16, "cuda", seed=31)
     c = call_mod.build((), dict(a))
     ti.run(c)
     (plan,) = fresh_plans.values()
-    assert plan.partition.compiled is not None and plan.reduce.compiled is not None
+    kernels = [plan.partition] + ([] if fused else [plan.reduce])
+    assert (plan.reduce is None) is fused
+    assert all(k.compiled is not None for k in kernels)
 
     plain_launches = []
 
@@ -274,7 +281,7 @@ def test_compiled_launcher_fast_path(monkeypatch, fresh_plans):
             plain_launches.append(grid)
             return self.fn[grid]
 
-    for kernel in (plan.partition, plan.reduce):
+    for kernel in kernels:
         monkeypatch.setattr(kernel, "fn", Counting(kernel.fn))
     a["out"].fill_(float("nan"))
     ti.run(c)
@@ -287,7 +294,7 @@ def test_compiled_launcher_fast_path(monkeypatch, fresh_plans):
     a["out"].fill_(float("nan"))
     ti.run(c)
     torch.cuda.synchronize()
-    assert len(plain_launches) == 2
+    assert len(plain_launches) == len(kernels)
     assert torch.equal(fast_out, a["out"])
     assert rel_err(fast_out, _reference(a)) < tolerance(torch.bfloat16)
 
@@ -349,8 +356,8 @@ def test_triton_table_junk_past_the_sequence_is_never_followed(prefetch, overrid
 
 
 def _picked(fresh_plans):
-    """The launch configs of the plans built so far (key: ..., config, k3d, alignment)."""
-    return {key[-3] for key in fresh_plans}
+    """The launch configs of the plans built so far (as the tables picked them)."""
+    return {plan.config for plan in fresh_plans.values()}
 
 
 @pytest.mark.parametrize("heads", [(48, 1), (128, 2)] + ([(32, 1), (71, 1)] if FULL else []))
@@ -403,15 +410,17 @@ def test_k3d_many_programs_tier(monkeypatch, fresh_plans):
 
 
 def test_triton_100k_takes_the_table_default(fresh_plans):
-    """One 100K sequence at 32/8/128 (1568 programs): the k3d head-128 default on Triton
-    >= 3, the mid-programs config of the 2-D tables before."""
+    """One 100K sequence at 32/8/128 (1568 programs at 512 tokens each): the chunk rule for
+    this GPU's SM count, then the tables' config for the programs that makes."""
     ti = _triton_impl()
     a = make_inputs([100_000], 32, 8, 128, 16, torch.bfloat16, "cuda", seed=22)
     _run_and_check(a, torch.bfloat16)
-    k3d = ti.k3d_enabled()
-    expected = launch_tables.K3D_CONFIGS[128] if k3d else launch_tables.MID_PROGRAMS_CONFIG
-    assert launch_tables.pick_config(1568, 128, 16, k3d) == expected
+    chunk = launch_tables.pick_chunk(1568, ti.sm_count(a["query"].device))
+    programs = 1568 * 512 // chunk
+    expected = launch_tables.pick_config(programs, 128, 16, ti.k3d_enabled())
     assert _picked(fresh_plans) == {expected}
+    (plan,) = fresh_plans.values()
+    assert plan.partition.constexprs["PART"] == chunk
 
 
 @pytest.mark.parametrize(
@@ -470,11 +479,95 @@ def test_triton_reduce_chunked_and_single_pass(monkeypatch, fresh_plans, chunked
 
 
 def test_triton_long_sequence_chunked_reduce(fresh_plans):
-    """Past REDUCE_SINGLE_PASS_MAX partitions (128K tokens) the reduce loops over chunks by
-    default."""
+    """Past REDUCE_SINGLE_PASS_MAX chunks the reduce loops over them by default."""
     ti = _triton_impl()
     n = ti.REDUCE_SINGLE_PASS_MAX * 512 + 9_000
     a = make_inputs([n, 700], 8, 1, 128, 32, torch.float16, "cuda", seed=32)
     _run_and_check(a, torch.float16)
     (plan,) = fresh_plans.values()
     assert plan.reduce.constexprs["SINGLE_PASS"] is False
+
+
+@pytest.mark.parametrize("chunk", [16, 32, 64, 128, 256])
+@pytest.mark.parametrize("dtype_name", ["bfloat16", "float32"])
+def test_triton_chunks_below_vllm_partitions(chunk, dtype_name, override, fresh_plans):
+    """Chunks smaller than vLLM's 512-token partitions (partials in our scratch): fused
+    merge where a sequence has few chunks, the reduce kernel where it has many."""
+    dtype = getattr(torch, dtype_name)
+    override(LaunchConfig(16, 1, 1, True, 1, True, chunk))
+    a = make_inputs([1, 700, 2600, 33], 32, 8, 128, 16, dtype, "cuda", alibi=True, seed=51)
+    _run_and_check(a, dtype)
+    (plan,) = fresh_plans.values()
+    assert plan.partition.constexprs["PART"] == chunk
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_triton_compact_grid_ragged(monkeypatch, fresh_plans, fused):
+    """A ragged batch numbers the chunks that exist back to back (COMPACT), with the reduce
+    kernel or the fused merge; junk in the table past every sequence's end."""
+    ti = _triton_impl()
+    monkeypatch.setattr(ti, "FUSE_MAX_CHUNKS", 10**6 if fused else 0)
+    a = make_inputs(RAGGED[:12], 16, 4, 128, 16, torch.bfloat16, "cuda", seed=53)
+    for s, n in enumerate(a["seq_lens"].tolist()):
+        a["block_tables"][s, -(-n // 16) :] = -1
+    for _ in range(2):
+        a["out"].fill_(float("nan"))
+        _run_and_check(a, torch.bfloat16)
+    (plan,) = fresh_plans.values()
+    assert plan.partition.constexprs["COMPACT"] is True
+    assert plan.partition.constexprs["FUSED"] is fused
+
+
+def test_fused_merge_counters_reset_across_shapes_and_graphs(monkeypatch, fresh_plans):
+    """The fused merge's counters return to zero after every call: many calls of several
+    short shapes, eager and replayed from a graph, are each correct."""
+    ti = _triton_impl()
+    monkeypatch.setattr(ti, "FUSE_MAX_CHUNKS", 64)
+    shapes = [[1024], [3, 1500, 700], [4096, 1], [2049]]
+    inputs = [
+        make_inputs(s, 32, 8, 128, 16, torch.bfloat16, "cuda", seed=60 + i)
+        for i, s in enumerate(shapes)
+    ]
+    refs = [_reference(a) for a in inputs]
+    for _ in range(3):
+        for a, ref in zip(inputs, refs):
+            a["out"].fill_(float("nan"))
+            dispatch.paged_attention_v2(*_positional(a))
+            torch.cuda.synchronize()
+            assert rel_err(a["out"], ref) < tolerance(torch.bfloat16)
+    assert all(p.reduce is None for p in fresh_plans.values())
+    a, ref = inputs[1], refs[1]
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        dispatch.paged_attention_v2(*_positional(a))
+    for _ in range(3):
+        a["out"].fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert rel_err(a["out"], ref) < tolerance(torch.bfloat16)
+
+
+def test_short_eager_calls_fuse_and_captured_calls_do_not(fresh_plans):
+    """Up to FUSE_MAX_PARTITIONS partitions an eager call is one launch (the host cost is
+    the decode time there); the same call captured in a CUDA graph keeps two launches
+    with the chunk rule (GPU time is what counts there).  Both are correct."""
+    ti = _triton_impl()
+    a = make_inputs([1000, 3, 2000], 32, 8, 128, 16, torch.bfloat16, "cuda", seed=71)
+    ref = _reference(a)
+    args = _positional(a)
+    dispatch.paged_attention_v2(*args)
+    torch.cuda.synchronize()
+    assert rel_err(a["out"], ref) < tolerance(torch.bfloat16)
+    (eager,) = fresh_plans.values()
+    assert eager.reduce is None and eager.partition.constexprs["FUSED"] is True
+    assert a["max_seq_len"] <= ti.FUSE_MAX_PARTITIONS * 512
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        dispatch.paged_attention_v2(*args)
+    captured = [p for p in fresh_plans.values() if p is not eager]
+    assert len(captured) == 1 and captured[0].reduce is not None
+    for _ in range(2):
+        a["out"].fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert rel_err(a["out"], ref) < tolerance(torch.bfloat16)

@@ -18,14 +18,19 @@ from pa_helpers import make_inputs  # noqa: E402  (this directory)
 from vllm_codemod.kernels import call as call_mod  # noqa: E402
 from vllm_codemod.kernels import dispatch, tuned, tuning_table, vendor_v1  # noqa: E402
 
+# The table bundled with the kernels (run v27: tune's budget covered the 512-token point),
+# and a fuller one tune wrote on the same GPU in run v24 (512 to 128K tokens, against the
+# launch defaults of that time): the fixture for the decision logic.
 H200_TABLE = Path(__file__).resolve().parents[2] / "kernels" / "tuning-h200.json"
+FULL_TABLE = Path(__file__).resolve().parent / "data" / "tuning-h200-v24.json"
 
 
 @pytest.fixture
 def table(tmp_path, monkeypatch):
-    """The H200 table the tool produced, installed as the tree's table (no bundled ones)."""
+    """A table the tool produced on an H200 (run v24), installed as the tree's table (no
+    bundled ones)."""
     path = tmp_path / "tuning.json"
-    shutil.copy(H200_TABLE, path)
+    shutil.copy(FULL_TABLE, path)
     monkeypatch.setattr(tuned, "TABLE_FILE", str(path))
     monkeypatch.setattr(tuned, "BUNDLED_FILES", ())
     monkeypatch.setattr(tuned, "_state", {"present": None, "tables": None, "devices": {}})
@@ -45,14 +50,24 @@ def _fake_cuda_call(heads, kv_heads, head_size, max_seq_len, alibi=False):
     )
 
 
-def test_the_h200_example_validates_and_covers_the_deployment_shape():
-    t = tuning_table.load(str(H200_TABLE))
+def test_the_v24_example_validates_and_covers_the_deployment_shape():
+    t = tuning_table.load(str(FULL_TABLE))
     device = t.for_device("NVIDIA H200")
     assert device is not None and device.prefill_num_warps == 8
     # Single-sequence decode up to 128K tokens, 32/8/128, measured at every length point.
     for n in (512, 4096, 16384, 100_000, 131_072):
         assert device.decide(1, 32, 8, 128, n, "bfloat16") is not None
     assert device.decide(1, 32, 8, 128, 200_000, "bfloat16") is None  # past the grid
+
+
+def test_the_bundled_h200_table_decides_only_what_it_measured():
+    """The bundled table (run v27): ALiBi prefix prefill at 8 warps, decode at 512 tokens;
+    longer sequences keep the built-in rules, which were measured on the H200 (v25/v26)."""
+    device = tuning_table.load(str(H200_TABLE)).for_device("NVIDIA H200")
+    assert device is not None and device.prefill_num_warps == 8
+    assert device.decide(1, 32, 8, 128, 512, "bfloat16") is not None
+    for n in (513, 4096, 100_000):
+        assert device.decide(1, 32, 8, 128, n, "bfloat16") is None
 
 
 def test_decisions_follow_the_table_for_this_device(table, monkeypatch):
@@ -84,6 +99,7 @@ def test_the_bundled_h200_table_is_the_default_for_that_device_only(tmp_path, mo
     """No tree table: the H200 gets the table the project measured; another GPU, or a batch
     or length the table did not measure, keeps the built-in launch tables."""
     assert tuned.BUNDLED_FILES == (str(H200_TABLE),)
+    monkeypatch.setattr(tuned, "BUNDLED_FILES", (str(FULL_TABLE),))
     monkeypatch.setattr(tuned, "TABLE_FILE", str(tmp_path / "absent.json"))
     monkeypatch.setattr(tuned, "_capturing", lambda: True)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
@@ -102,7 +118,8 @@ def test_the_bundled_h200_table_is_the_default_for_that_device_only(tmp_path, mo
 def test_a_trees_table_wins_over_the_bundled_one(tmp_path, monkeypatch):
     import json
 
-    doc = json.loads(H200_TABLE.read_text())
+    monkeypatch.setattr(tuned, "BUNDLED_FILES", (str(FULL_TABLE),))
+    doc = json.loads(FULL_TABLE.read_text())
     for entry in doc["devices"][0]["decode"]:
         for point in entry["points"]:
             point["winner"] = {"backend": "v1", "config": None, "us": 1.0}

@@ -2,9 +2,10 @@
 
 The search is deliberately small (a budget of seconds to minutes per device): the config
 the built-in tables pick for the point, every config the tables hold for the current
-load path (k3d or 2-D), and single-step neighbours of the default (tile, warps, stages,
-prefetch halved/doubled/toggled).  Anything the hardware cannot run (too much shared
-memory, too many registers) fails at compile or launch and is listed as skipped.
+load path (k3d or 2-D), and single-step neighbours of the default (each explicit chunk
+size first, then tile, warps, stages, prefetch halved/doubled/toggled).  Anything the
+hardware cannot run (too much shared memory, too many registers) fails at compile or
+launch and is listed as skipped.
 """
 
 from __future__ import annotations
@@ -57,9 +58,15 @@ def _table_configs(impl: Any) -> List[Config]:
     return found
 
 
+#: Tokens per program tried beside the built-in rule's choice (LaunchConfig.chunk).
+CHUNKS = (512, 256, 128)
+
+
 def _neighbours(impl: Any, base: Config) -> List[Config]:
     config = impl.LaunchConfig(*base)
     out = []
+    if "chunk" in config._fields and not config.chunk:  # the chunk rule was measured on an H200
+        out += [config._replace(chunk=c) for c in CHUNKS]
     i = TILES.index(config.tile) if config.tile in TILES else None
     if i is not None:
         out += [config._replace(tile=TILES[j]) for j in (i - 1, i + 1) if 0 <= j < len(TILES)]

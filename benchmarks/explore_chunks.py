@@ -1,0 +1,261 @@
+"""Session-5 exploration (issue #13): chunk size, compact grid, fused merge, host path.
+
+Times forced variants per shape in CUDA graphs (per call in a 20-call graph, as
+bench_paged_attention.py), every variant checked against the float64 reference first.
+Run from the repo root:  python benchmarks/explore_chunks.py --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import torch
+from bench_paged_attention import (
+    SHAPES,
+    chain_us,
+    copy_bandwidth,
+    entry,
+    make,
+    one_call_graph_us,
+    reference64,
+    rel,
+)
+
+from vllm_codemod.kernels import launch_tables
+from vllm_codemod.kernels import triton_impl as ti
+from vllm_codemod.kernels.launch_tables import LaunchConfig as LC
+
+H128 = [LC(64, 2, 1, True, 0, True), LC(32, 1, 1, True, 1, True), LC(32, 2, 1, True, 1, True)]
+H256 = [LC(32, 4, 1, True, 1, True), LC(32, 2, 1, True, 1, True), LC(16, 1, 1, True, 1, True)]
+
+
+def run_variant(name, a, fa, fb, ref, kv_bytes, bw, config=None, knobs=None, one=False):
+    knobs = knobs or {}
+    saved = {k: getattr(ti, k) if hasattr(ti, k) else getattr(launch_tables, k) for k in knobs}
+    for k, v in knobs.items():
+        setattr(ti if hasattr(ti, k) else launch_tables, k, v)
+    ti._plans.clear()
+    launch_tables.set_config_override(config)
+    label = f"{tuple(config) if config else 'table'} {knobs or ''}"
+    row = {"config": list(config) if config else None, "knobs": knobs}
+    try:
+        a["out"].fill_(float("nan"))
+        fa()
+        torch.cuda.synchronize()
+        err = rel(a["out"], ref)
+        row["err_f64"] = err
+        plan = next(iter(ti._plans.values()))
+        k = plan.partition.constexprs
+        row["chunk"], row["fused"], row["compact"] = k["PART"], k["FUSED"], k["COMPACT"]
+        row["grid"] = list(plan.partition.grid)
+        comp = plan.partition.compiled
+        row["regs"] = getattr(comp, "n_regs", None)
+        row["spills"] = getattr(comp, "n_spills", None)
+        if not err < 2e-2:
+            print(f"  {name:<18} {label:<60} WRONG err {err:.1e}", flush=True)
+            return row
+        t = chain_us([fa, fb])
+        row["chain_us"] = t
+        row["chain_pct"] = 100 * kv_bytes / (t * 1e-6) / bw
+        extra = ""
+        if one:
+            row["one_us"] = one_call_graph_us(fa)
+            extra = f" one {row['one_us']:7.1f}"
+        print(
+            f"  {name:<18} {label:<60} chunk {row['chunk']:>3} fused {int(row['fused'])} "
+            f"compact {int(row['compact'])} regs {row['regs']} chain {t:7.1f} us "
+            f"({row['chain_pct']:5.1f}%){extra} err {err:.1e}",
+            flush=True,
+        )
+    except Exception as exc:  # noqa: BLE001
+        row["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+        print(f"  {name:<18} {label} ERROR {row['error']}", flush=True)
+    finally:
+        launch_tables.set_config_override(None)
+        for k, v in saved.items():
+            setattr(ti if hasattr(ti, k) else launch_tables, k, v)
+        ti._plans.clear()
+    return row
+
+
+def shape_rows(name, lens, nh, nkv, hs, bw, variants, one=False):
+    a, b = make(lens, nh, nkv, hs, seed=0), make(lens, nh, nkv, hs, seed=1)
+    kv_bytes = 2 * sum(lens) * nkv * hs * a["key_cache"].element_size()
+    ref = reference64(a)
+    fa, fb = entry(a), entry(b)
+    rows = []
+    for config, knobs in variants:
+        r = run_variant(name, a, fa, fb, ref, kv_bytes, bw, config, knobs, one)
+        r["shape"] = name
+        rows.append(r)
+    del a, b
+    torch.cuda.empty_cache()
+    return rows
+
+
+def host(lens, label, knobs):
+    saved = {k: getattr(ti, k) for k in knobs}
+    for k, v in knobs.items():
+        setattr(ti, k, v)
+    ti._plans.clear()
+    try:
+        a = make(lens, 32, 8, 128)
+        fn = entry(a)
+        for _ in range(50):
+            fn()
+        torch.cuda.synchronize()
+        best = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            for _ in range(1000):
+                fn()
+            t1 = time.perf_counter()
+            torch.cuda.synchronize()
+            best.append((t1 - t0) * 1e3)
+        us = sorted(best)[1]
+        print(f"  host {label:<40} {us:6.1f} us/call (median of 3 x 1000)", flush=True)
+        return {"label": label, "knobs": knobs, "us": us, "runs": best}
+    finally:
+        for k, v in saved.items():
+            setattr(ti, k, v)
+        ti._plans.clear()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json", required=True)
+    ap.add_argument("--parts", default="single,ragged,batch,fused,host")
+    opts = ap.parse_args()
+    parts = opts.parts.split(",")
+    out = {"device": torch.cuda.get_device_name()}
+    bw = copy_bandwidth()
+    out["copy_GBps"] = bw / 1e9
+    print(f"copy {bw / 1e9:.0f} GB/s", flush=True)
+    rows = out["rows"] = []
+
+    def save():
+        Path(opts.json).write_text(json.dumps(out, indent=1, default=str))
+
+    if "single" in parts:
+        for name in ("1x100K/32-8/128", "1x100K/28-4/128", "1x32K/32-8/128", "1x100K/16-2/256"):
+            lens, nh, nkv, hs = SHAPES[name]
+            configs = H256 if hs == 256 else H128
+            variants = [(None, {})]
+            for chunk in (512, 256, 128):
+                variants += [(c._replace(chunk=chunk), {}) for c in configs]
+            if name in ("1x100K/28-4/128", "1x100K/16-2/256", "1x32K/32-8/128"):
+                variants.append((configs[1]._replace(chunk=64), {}))
+            rows += shape_rows(name, lens, nh, nkv, hs, bw, variants)
+            save()
+    if "more" in parts:  # a second round around the v25 winners
+        one_warp = [
+            LC(16, 1, 1, True, 1, True, 512),
+            LC(16, 1, 1, True, 1, True, 256),
+            LC(16, 1, 1, True, 1, True, 128),
+            LC(32, 1, 1, True, 2, True, 256),
+            LC(32, 1, 2, True, 1, True, 256),
+        ]
+        more = {
+            "1x100K/32-8/128": one_warp,
+            "1x100K/28-4/128": one_warp,
+            "1x32K/32-8/128": one_warp,
+            "1x100K/16-2/256": [
+                LC(16, 4, 1, True, 1, True, 512),
+                LC(16, 2, 1, True, 1, True, 512),
+                LC(16, 4, 1, True, 1, True, 256),
+                LC(16, 2, 1, True, 1, True, 256),
+            ],
+            "ragged16/32-8/128": [
+                LC(32, 1, 1, True, 1, True, 256),
+                LC(32, 1, 1, True, 1, True, 128),
+                LC(16, 1, 1, True, 1, True, 256),
+            ],
+            "8x32K/32-8/128": [LC(32, 1, 1, True, 1, True, 256)],
+            "64x4K/32-8/128": [LC(32, 1, 1, True, 1, True, 256)],
+        }
+        for name, configs in more.items():
+            lens, nh, nkv, hs = SHAPES[name]
+            variants = [(None, {})] + [(c, {}) for c in configs]
+            rows += shape_rows(name, lens, nh, nkv, hs, bw, variants)
+            save()
+    if "ragged" in parts:
+        lens, nh, nkv, hs = SHAPES["ragged16/32-8/128"]
+        variants = []
+        for cfg in (None, H128[0], H128[2]):
+            variants += [
+                (cfg, {"COMPACT_MAX_SEQS": 0}),
+                (cfg, {}),
+                (cfg, {"COMPACT_PROGRAMS_PER_SM": 16}),
+                (cfg, {"COMPACT_PROGRAMS_PER_SM": 8}),
+            ]
+        variants.append((H128[0]._replace(chunk=256), {}))
+        rows += shape_rows("ragged16/32-8/128", lens, nh, nkv, hs, bw, variants)
+        save()
+    if "batch" in parts:
+        for name in ("8x32K/32-8/128", "64x4K/32-8/128"):
+            lens, nh, nkv, hs = SHAPES[name]
+            variants = [(None, {"COMPACT_MAX_SEQS": 0}), (None, {})]
+            rows += shape_rows(name, lens, nh, nkv, hs, bw, variants)
+            save()
+    if "fused" in parts:
+        for lens in ([1024], [2048], [4096], [8192], [1000, 3, 2048, 513]):
+            name = f"{len(lens)}x{max(lens)}"
+            variants = [(None, {"FUSE_MAX_CHUNKS": 0}), (None, {}), (None, {"FUSE_MAX_CHUNKS": 64})]
+            rows += shape_rows(name, lens, 32, 8, 128, bw, variants, one=True)
+            save()
+    if "table" in parts:  # the bundled H200 tuning table against the new defaults
+        from vllm_codemod.kernels import tuned
+
+        for lens in ([2048], [4096], [8192], [16384]):
+            for on in (True, False):
+                saved = dict(tuned._state)
+                if not on:
+                    tuned._state["present"] = False
+                try:
+                    name = f"1x{lens[0]} table {'on' if on else 'off'}"
+                    rows += shape_rows(name, lens, 32, 8, 128, bw, [(None, {})], one=True)
+                finally:
+                    tuned._state.clear()
+                    tuned._state.update(saved)
+        save()
+    if "profile" in parts:  # where an eager entry-point call spends its host time
+        import cProfile
+        import io
+        import pstats
+
+        a = make([1024], 32, 8, 128)
+        fn = entry(a)
+        for _ in range(100):
+            fn()
+        torch.cuda.synchronize()
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(2000):
+            fn()
+        prof.disable()
+        torch.cuda.synchronize()
+        buf = io.StringIO()
+        pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(25)
+        out["profile"] = buf.getvalue()
+        print(buf.getvalue(), flush=True)
+        save()
+    if "host" in parts:
+        h = out["host"] = []
+        two = {"FUSE_MAX_PARTITIONS": 0, "FUSE_MAX_CHUNKS": 0}
+        for lens in ([1024], [2048]):
+            for label, knobs in (
+                ("two launches, plain", dict(two, _fast={"enabled": False})),
+                ("two launches, compiled", dict(two)),
+                ("fused, plain", {"_fast": {"enabled": False}}),
+                ("fused, compiled", {}),
+            ):
+                h.append(host(lens, f"{lens} {label}", knobs))
+        save()
+    save()
+
+
+if __name__ == "__main__":
+    main()
