@@ -357,7 +357,9 @@ def _pa_v2_partition_kernel(
         item = pid // num_hg
         sidx = tl.arange(0, NS_PAD)
         lens = tl.load(seq_lens_ptr + sidx, mask=sidx < num_seqs, other=0)
-        chunks = (tl.maximum(lens, 0) + PART - 1) // PART
+        # Every sequence has at least one item: an empty one's program writes its zero
+        # rows when the merge is fused (no chunk of it arrives at the counter).
+        chunks = tl.maximum((lens + PART - 1) // PART, 1)
         ends = tl.cumsum(chunks, 0)  # chunk items of sequences 0..s
         # Past the last item: the last sequence, a chunk past its end (no work, no stores).
         seq = tl.minimum(tl.sum((ends <= item).to(tl.int32), 0), num_seqs - 1)
@@ -716,8 +718,8 @@ class _Plan:
         fused = counters is not None
         self.counters = counters
         compact = 1 < num_seqs <= COMPACT_MAX_SEQS
-        if compact:  # sequences x chunks of the longest: an upper bound of the items
-            grid = (num_hg * num_seqs * n_chunks, 1, 1)
+        if compact:  # sequences x chunks of the longest (>= 1): an upper bound of the items
+            grid = (num_hg * num_seqs * max(n_chunks, 1), 1, 1)
         else:
             grid = (num_seqs * num_hg, n_chunks, 1)
         ks, vs = key_cache.stride(), value_cache.stride()

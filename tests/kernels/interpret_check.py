@@ -185,10 +185,53 @@ def _check(a, lens, dtype, vllm_buffers: bool) -> float:
     return err
 
 
+def run_empty_sequence_case() -> float:
+    """A zero-length sequence between others (compact grid, fused merge, and the reduce
+    kernel): its rows are zeros, the others match the reference."""
+    lens = [700, 0, 1300, 5]
+    worst = 0.0
+    for fuse in (True, False):
+        a = make_inputs([700, 1, 1300, 5], 8, 2, 64, 16, torch.bfloat16, "cpu", seed=3)
+        a["seq_lens"] = torch.tensor(lens, dtype=torch.int32)
+        saved = triton_impl.FUSE_MAX_PARTITIONS
+        triton_impl.FUSE_MAX_PARTITIONS = 4 if fuse else 0
+        triton_impl._plans.clear()
+        try:
+            _fill_nan(a)
+            triton_impl.run(call_mod.build((), dict(a)))
+            (plan,) = triton_impl._plans.values()
+            assert plan.partition.constexprs["COMPACT"] is True
+            assert plan.partition.constexprs["FUSED"] is fuse
+        finally:
+            triton_impl.FUSE_MAX_PARTITIONS = saved
+        assert torch.equal(a["out"][1], torch.zeros_like(a["out"][1])), "empty sequence"
+        keep = [0, 2, 3]
+        ref = reference_paged_attention(
+            a["query"][keep],
+            a["key_cache"],
+            a["value_cache"],
+            a["block_tables"][keep],
+            [lens[i] for i in keep],
+            a["scale"],
+            None,
+        )
+        err = rel_err(a["out"][keep], ref)
+        assert err < tolerance(torch.bfloat16), err
+        worst = max(worst, err)
+    return worst
+
+
 def main(argv) -> int:
     _patch_interpreter()
     cases = CASES if not argv else [CASES[int(i)] for i in argv]
     bad = 0
+    if not argv:
+        try:
+            err = run_empty_sequence_case()
+            print(f"ok   empty sequence in a batch: rel err {err:.2e}", flush=True)
+        except Exception as exc:
+            bad += 1
+            print(f"FAIL empty sequence in a batch: {type(exc).__name__}: {exc}", flush=True)
     for i, case in enumerate(cases):
         try:
             err = run_case(case)
