@@ -571,3 +571,31 @@ def test_short_eager_calls_fuse_and_captured_calls_do_not(fresh_plans):
         graph.replay()
         torch.cuda.synchronize()
         assert rel_err(a["out"], ref) < tolerance(torch.bfloat16)
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_empty_sequence_inside_a_batch(monkeypatch, fresh_plans, fused):
+    """A zero-length sequence between others: its rows of out are zeros (written by the
+    reduce kernel, or by its one program when the merge is fused), the others correct."""
+    ti = _triton_impl()
+    monkeypatch.setattr(ti, "FUSE_MAX_PARTITIONS", 4 if fused else 0)
+    lens = [700, 0, 1300, 5]
+    a = make_inputs([700, 1, 1300, 5], 8, 2, 128, 16, torch.bfloat16, "cuda", seed=73)
+    a["seq_lens"] = torch.tensor(lens, dtype=torch.int32, device="cuda")
+    a["out"].fill_(float("nan"))
+    assert dispatch.paged_attention_v2_with_path(**a, backend="triton") == "triton"
+    torch.cuda.synchronize()
+    (plan,) = fresh_plans.values()
+    assert plan.partition.constexprs["FUSED"] is fused
+    assert torch.equal(a["out"][1], torch.zeros_like(a["out"][1]))
+    keep = [0, 2, 3]
+    ref = reference_paged_attention(
+        a["query"][keep],
+        a["key_cache"],
+        a["value_cache"],
+        a["block_tables"][keep],
+        [lens[i] for i in keep],
+        a["scale"],
+        None,
+    )
+    assert rel_err(a["out"][keep], ref) < tolerance(torch.bfloat16)
