@@ -331,6 +331,21 @@ def _partition(
 
 
 @triton.jit
+def _compact_item(seq_lens_ptr, num_seqs, item, PART: tl.constexpr, NS_PAD: tl.constexpr):
+    # (sequence, chunk) of the item-th chunk when every sequence's chunks are numbered back
+    # to back (prefix sum of the lengths).  Every sequence has at least one item: an empty
+    # one's program writes its zero rows when the merge is fused (no chunk of it arrives
+    # at the counter).  Past the last item: the last sequence, a chunk past its end (no
+    # work, no stores).
+    sidx = tl.arange(0, NS_PAD)
+    lens = tl.load(seq_lens_ptr + sidx, mask=sidx < num_seqs, other=0)
+    chunks = tl.maximum((lens + PART - 1) // PART, 1)
+    ends = tl.cumsum(chunks, 0)
+    seq = tl.minimum(tl.sum((ends <= item).to(tl.int32), 0), num_seqs - 1)
+    return seq, item - tl.sum(tl.where(sidx < seq, chunks, 0), 0)
+
+
+@triton.jit
 def _pa_v2_partition_kernel(
     exp_sums_ptr, max_logits_ptr, tmp_out_ptr, out_ptr, counters_ptr, q_ptr, k_cache_ptr,
     v_cache_ptr, block_tables_ptr, seq_lens_ptr, alibi_ptr, scale, num_seqs, num_kv_heads,
@@ -351,50 +366,24 @@ def _pa_v2_partition_kernel(
     # programs with work come first, and the ones past the last item exit at once (run
     # v25: 147.1 -> 124.2 us on the 16-sequence ragged batch).
     num_hg = num_kv_heads * num_group_chunks
+    pid = tl.program_id(0)
+    hg = pid % num_hg
     if COMPACT:
-        pid = tl.program_id(0)
-        hg = pid % num_hg
-        item = pid // num_hg
-        sidx = tl.arange(0, NS_PAD)
-        lens = tl.load(seq_lens_ptr + sidx, mask=sidx < num_seqs, other=0)
-        # Every sequence has at least one item: an empty one's program writes its zero
-        # rows when the merge is fused (no chunk of it arrives at the counter).
-        chunks = tl.maximum((lens + PART - 1) // PART, 1)
-        ends = tl.cumsum(chunks, 0)  # chunk items of sequences 0..s
-        # Past the last item: the last sequence, a chunk past its end (no work, no stores).
-        seq = tl.minimum(tl.sum((ends <= item).to(tl.int32), 0), num_seqs - 1)
-        part = item - tl.sum(tl.where(sidx < seq, chunks, 0), 0)
-        kvh = hg // num_group_chunks
-        gc = hg % num_group_chunks
-        _partition(
-            seq, part, kvh, gc, hg, exp_sums_ptr, max_logits_ptr, tmp_out_ptr, out_ptr,
-            counters_ptr, q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr,
-            alibi_ptr, scale, num_hg, stride_qs, stride_qh, stride_qd, stride_kb,
-            stride_kh, stride_kd, stride_kt, stride_kx, stride_vb, stride_vh, stride_vd,
-            stride_vt, stride_bt, stride_es_s, stride_es_h, stride_es_p, stride_ml_s,
-            stride_ml_h, stride_ml_p, stride_to_s, stride_to_h, stride_to_p, stride_to_d,
-            stride_os, stride_oh,
-            QUERIES_PER_KV, G_PAD, HEAD_SIZE, D_PAD, X, BLOCK_SIZE, PART, TILE, USE_ALIBI,
-            F32_SPLIT, CONTIG_HINTS, EARLY_V, PREFETCH, K_3D, FUSED, P_FUSE,
-        )  # fmt: skip
+        seq, part = _compact_item(seq_lens_ptr, num_seqs, pid // num_hg, PART, NS_PAD)
     else:
-        pid = tl.program_id(0)
-        part = tl.program_id(1)
-        hg = pid % num_hg
         seq = pid // num_hg
-        kvh = hg // num_group_chunks
-        gc = hg % num_group_chunks
-        _partition(
-            seq, part, kvh, gc, hg, exp_sums_ptr, max_logits_ptr, tmp_out_ptr, out_ptr,
-            counters_ptr, q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr,
-            alibi_ptr, scale, num_hg, stride_qs, stride_qh, stride_qd, stride_kb,
-            stride_kh, stride_kd, stride_kt, stride_kx, stride_vb, stride_vh, stride_vd,
-            stride_vt, stride_bt, stride_es_s, stride_es_h, stride_es_p, stride_ml_s,
-            stride_ml_h, stride_ml_p, stride_to_s, stride_to_h, stride_to_p, stride_to_d,
-            stride_os, stride_oh,
-            QUERIES_PER_KV, G_PAD, HEAD_SIZE, D_PAD, X, BLOCK_SIZE, PART, TILE, USE_ALIBI,
-            F32_SPLIT, CONTIG_HINTS, EARLY_V, PREFETCH, K_3D, FUSED, P_FUSE,
-        )  # fmt: skip
+        part = tl.program_id(1)
+    _partition(
+        seq, part, hg // num_group_chunks, hg % num_group_chunks, hg, exp_sums_ptr,
+        max_logits_ptr, tmp_out_ptr, out_ptr, counters_ptr, q_ptr, k_cache_ptr, v_cache_ptr,
+        block_tables_ptr, seq_lens_ptr, alibi_ptr, scale, num_hg, stride_qs, stride_qh,
+        stride_qd, stride_kb, stride_kh, stride_kd, stride_kt, stride_kx, stride_vb,
+        stride_vh, stride_vd, stride_vt, stride_bt, stride_es_s, stride_es_h, stride_es_p,
+        stride_ml_s, stride_ml_h, stride_ml_p, stride_to_s, stride_to_h, stride_to_p,
+        stride_to_d, stride_os, stride_oh,
+        QUERIES_PER_KV, G_PAD, HEAD_SIZE, D_PAD, X, BLOCK_SIZE, PART, TILE, USE_ALIBI,
+        F32_SPLIT, CONTIG_HINTS, EARLY_V, PREFETCH, K_3D, FUSED, P_FUSE,
+    )  # fmt: skip
 
 
 @triton.jit
