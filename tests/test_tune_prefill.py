@@ -118,7 +118,7 @@ def test_prefill_cases_never_exceed_max_model_len():
     # prompt (and 16 a 512-token one), longer than the deployment can ever run.
     tiny = Deployment([Shape(32, 8, 128)], 1024, 4, "t")
     assert prefill.prefill_cases(tiny) == [(4, 512, 512), (1, 0, 1024)]
-    for seqs, ctx, new in prefill.prefill_cases(Deployment([Shape(4, 2, 64)], 16, 4, "t")):
+    for _seqs, ctx, new in prefill.prefill_cases(Deployment([Shape(4, 2, 64)], 16, 4, "t")):
         assert ctx + new <= 16
 
 
