@@ -318,3 +318,41 @@ def test_unknown_shape_on_upstream_tree_is_not_a_conflict():
     assert T.plan(cst.parse_module(code), _context()).status is Status.CONFLICT
     result = T.plan(cst.parse_module(code), _context(fork_markers=()))
     assert result.status is Status.NOT_APPLICABLE
+
+
+def test_binding_sharing_a_line_is_edited_alone():
+    # Before: the first statement of the line was taken as the binding: `BLOCK = 4;`
+    # was written and `NUM_WARPS = 8` dropped (NameError at the first prefill).
+    code = "BLOCK = 128; NUM_WARPS = 8\n\ndef context_attention_fwd(q):\n" + (
+        "    _k[grid](q, BLOCK_M=BLOCK, num_warps=NUM_WARPS)\n"
+    )
+    after = code.replace(
+        "BLOCK = 128; NUM_WARPS = 8\n",
+        "# vllm-codemod: prefix-prefill-warps: was `8`; 4 warps (see docs/transforms.md)\n"
+        "BLOCK = 128; NUM_WARPS = 4\n",
+    )
+    plan = assert_codemod(T, code, after)
+    assert plan.details["BLOCK"] == "128"
+    assert plan.details["num_warps"] == "NUM_WARPS = 8"
+
+
+def test_bare_annotations_are_not_bindings():
+    # Before: `BLOCK: int` crashed the plan (AssertionError, a traceback) and
+    # `NUM_WARPS: int` counted as a second assignment (a conflict).
+    code = (
+        "BLOCK: int\nNUM_WARPS: int\nNUM_WARPS = 8\nBLOCK = 64\n\n"
+        "def context_attention_fwd(q):\n    _k[grid](q, BLOCK_M=BLOCK, num_warps=NUM_WARPS)\n"
+    )
+    after = code.replace(
+        "NUM_WARPS = 8\n",
+        "# vllm-codemod: prefix-prefill-warps: was `8`; 4 warps (see docs/transforms.md)\n"
+        "NUM_WARPS = 4\n",
+    )
+    assert assert_codemod(T, code, after).details["BLOCK"] == "64"
+
+
+def test_binding_in_a_one_line_body_conflicts():
+    # Before: `pending` with a module that still said 8: apply wrote nothing and the
+    # transform stayed pending forever.
+    code = "def context_attention_fwd(q): NUM_WARPS = 8; _k[grid](q, num_warps=NUM_WARPS)\n"
+    assert_refused(T, code, "one-line body")

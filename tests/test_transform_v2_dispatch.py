@@ -289,3 +289,42 @@ def test_other_methods_and_classes_are_untouched():
 )
 def test_heuristic_matcher(expr, expected):
     assert heuristic_threshold(cst.parse_expression(expr)) == expected
+
+
+def _markers_of(tmp_path: Path, code: str):
+    from vllm_codemod.transforms.fork_markers import find_fork_markers
+
+    target = tmp_path / "vllm" / "attention" / "ops" / "paged_attn.py"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(code)
+    return find_fork_markers(tmp_path / "vllm", None)
+
+
+def test_retuning_a_patched_hardcode_keeps_its_record(tmp_path):
+    # Before: `apply --v2-threshold 4096` on a tree patched at 8192 replaced the marker
+    # `was use_v1 = True` by `threshold 8192 -> 4096`: the file forgot it was a fork's, and
+    # fork_markers.py (which looks for that marker) then took the tree for upstream.
+    patched = plan(source("use_v1 = True\n")).module.code
+    marker = "# vllm-codemod: v2-dispatch: was `use_v1 = True`; upstream heuristic, V2 above "
+    heuristic = HEURISTIC_8192.replace("8192", "4096") + "\n"
+    new = assert_codemod(
+        T, patched, source(marker + "4096 tokens\n" + heuristic), v2_threshold=4096
+    ).module.code
+    assert _markers_of(tmp_path, new)
+
+
+def test_retuning_keeps_the_removed_override_marker_above_the_heuristic(tmp_path):
+    # The override was the method's last statement, so its marker went above the heuristic.
+    code = source(UPSTREAM_HEURISTIC + "use_v1 = True\n", after="")
+    patched = plan(code).module.code
+    assert _markers_of(tmp_path, patched)
+    new = plan(patched, threshold=4096).module.code
+    assert decision_lines(new) == [
+        "# vllm-codemod: v2-dispatch: removed `use_v1 = True` that overrode the heuristic "
+        "(forced V1)",
+        "# vllm-codemod: v2-dispatch: V1/V2 threshold 8192 -> 4096 tokens",
+        "use_v1 = (max_seq_len <= 4096",
+        "and (max_num_partitions == 1 or num_seqs * num_heads > 512))",
+    ]
+    assert _markers_of(tmp_path, new)
+    assert plan(new, threshold=4096).status is Status.APPLIED

@@ -113,6 +113,15 @@ def test_prefill_cases_fit_the_deployment():
     assert prefill.prefill_cases(small) == [(4, 1024, 512), (1, 2048, 2048)]
 
 
+def test_prefill_cases_never_exceed_max_model_len():
+    # Before: the prompt itself was not cut, so --max-model-len 1024 timed a 2048-token
+    # prompt (and 16 a 512-token one), longer than the deployment can ever run.
+    tiny = Deployment([Shape(32, 8, 128)], 1024, 4, "t")
+    assert prefill.prefill_cases(tiny) == [(4, 512, 512), (1, 0, 1024)]
+    for _seqs, ctx, new in prefill.prefill_cases(Deployment([Shape(4, 2, 64)], 16, 4, "t")):
+        assert ctx + new <= 16
+
+
 class _FakeTimer:
     """'Times' by the module's NUM_WARPS at call time (the ALiBi kernel likes 8)."""
 

@@ -207,3 +207,16 @@ def test_run_config_errors_name_the_place(tmp_path):
     run.write_text("a: [1,\n")
     with pytest.raises(CodemodError, match=r"run\.yaml:\d+:\d+: malformed YAML"):
         read_run_config(run)
+
+
+@pytest.mark.parametrize("value", ["0", "true", "-4"])
+def test_bad_mpt_kv_n_heads_is_a_user_error(tmp_path, value):
+    # Before: kv_n_heads 0 was a ZeroDivisionError traceback (exit 3) and `true` was read
+    # as one kv head; now it is the one-line error every other bad head count gets.
+    bad = tmp_path / "config.json"
+    bad.write_text(
+        '{"model_type": "mpt", "n_heads": 32, "d_model": 4096,\n'
+        ' "attn_config": {"kv_n_heads": ' + value + "}}\n"
+    )
+    with pytest.raises(CodemodError, match=r"config\.json:2:18: kv_n_heads = .* positive"):
+        read_model_config(bad, 2)

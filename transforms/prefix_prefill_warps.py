@@ -119,19 +119,29 @@ class _Replace(cst.CSTTransformer):
         return self.edits.get(id(original_node), updated_node)
 
 
+def _binds_value(small: cst.BaseSmallStatement, name: str) -> bool:
+    """``name = ...`` or ``name: T = ...`` (a bare ``name: T`` binds nothing)."""
+    return assigns_name(small, name) and getattr(small, "value", None) is not None
+
+
 def _assignments(stmts: List[cst.BaseStatement], name: str) -> List[cst.SimpleStatementLine]:
     """Statements ``name = ...`` under ``stmts`` (any block depth, not nested scopes)."""
     found = []
     for stmt in walk_statements(stmts):
         if isinstance(stmt, cst.SimpleStatementLine) and any(
-            assigns_name(small, name) for small in stmt.body
+            _binds_value(small, name) for small in stmt.body
         ):
             found.append(stmt)
     return found
 
 
-def _value(stmt: cst.SimpleStatementLine) -> cst.BaseExpression:
-    small = stmt.body[0]
+def _binding_small(stmt: cst.SimpleStatementLine, name: str) -> cst.BaseSmallStatement:
+    """The small statement of ``stmt`` that binds ``name`` (``BLOCK = 64; NUM_WARPS = 8``)."""
+    return next(small for small in stmt.body if _binds_value(small, name))
+
+
+def _value(stmt: cst.SimpleStatementLine, name: str) -> cst.BaseExpression:
+    small = _binding_small(stmt, name)
     assert isinstance(small, (cst.Assign, cst.AnnAssign)) and small.value is not None
     return small.value
 
@@ -231,11 +241,13 @@ class PrefixPrefillWarps(Transform):
             if all(found is not seen for seen, _ in bindings):
                 bindings.append((found, variable))
 
-        old_values = [f"{variable} = {code_of(_value(stmt))}" for stmt, variable in bindings]
+        old_values = [
+            f"{variable} = {code_of(_value(stmt, variable))}" for stmt, variable in bindings
+        ]
         details["num_warps"] = "; ".join(old_values)
         edits: Dict[int, cst.SimpleStatementLine] = {}
-        for stmt, _ in bindings:
-            value = _value(stmt)
+        for stmt, variable in bindings:
+            value = _value(stmt, variable)
             if isinstance(value, cst.Integer) and int(value.evaluated_value) == warps:
                 continue
             if not _literal_choice(value):
@@ -245,9 +257,12 @@ class PrefixPrefillWarps(Transform):
                     "refusing to override a value computed at run time",
                     details=details,
                 )
-            small = stmt.body[0]
+            small = _binding_small(stmt, variable)
             new = stmt.with_changes(
-                body=[small.with_changes(value=cst.Integer(str(warps)))],
+                body=[
+                    s.with_changes(value=cst.Integer(str(warps))) if s is small else s
+                    for s in stmt.body
+                ],
                 leading_lines=with_marker(
                     stmt.leading_lines,
                     self.name,
@@ -281,6 +296,9 @@ class PrefixPrefillWarps(Transform):
         scopes = [function, None] if function is not None else [None]
         for scope in scopes:
             found = _assignments(_statements(scope, module), variable)
+            if found and scope is not None and not isinstance(scope.body, cst.IndentedBlock):
+                # the statement is rebuilt from the one-line body, so it could not be edited
+                return None, f"bound in the one-line body of {scope.name.value}; unknown shape"
             if len(found) == 1:
                 return found[0], ""
             if len(found) > 1:
@@ -298,7 +316,7 @@ class PrefixPrefillWarps(Transform):
                 scopes.append(launch.function)
         for name in REPORTED:
             values = [
-                code_of(_value(stmt))
+                code_of(_value(stmt, name))
                 for scope in scopes
                 for stmt in _assignments(_statements(scope, module), name)
             ]

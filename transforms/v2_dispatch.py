@@ -57,6 +57,10 @@ MAX_LEN_NAMES = ("max_seq_len", "max_context_len")
 OTHER_NAMES = ("max_num_partitions", "num_seqs", "num_heads")
 #: Upstream's cut-off for "enough (seq, head) programs to fill the chip with V1".
 V1_PARALLELISM = 512
+#: How our markers begin where the fork's ``use_v1 = True`` was replaced or removed
+#: (fork_markers.py looks for them).
+_WAS_HARDCODED = f"was `{FLAG} = True`"
+_REMOVED_HARDCODE = f"removed `{FLAG} = True`"
 
 
 def _flag_value(stmt: cst.BaseStatement) -> Optional[cst.BaseExpression]:
@@ -274,7 +278,7 @@ class V2Dispatch(Transform):
                 leading_lines=with_marker(
                     stmt.leading_lines,
                     self.name,
-                    f"was `{FLAG} = True`; upstream heuristic, V2 above {threshold} tokens",
+                    f"{_WAS_HARDCODED}; upstream heuristic, V2 above {threshold} tokens",
                 ),
                 # a trailing comment explained the hardcode; it is wrong now
                 trailing_whitespace=cst.TrailingWhitespace(),
@@ -287,12 +291,19 @@ class V2Dispatch(Transform):
         assert value is not None
         old_threshold = heuristic_threshold(value)
         if old_threshold != threshold:
+            # Our markers saying the fork hardcoded V1 are kept through a retune: they are
+            # the record (and a fork marker, fork_markers.py) that the tree was a fork.
+            ours = [line for line in stmt.leading_lines if is_marker_of(line, self.name)]
+            hardcoded = [line for line in ours if _WAS_HARDCODED in line.comment.value]
+            removed = [line for line in ours if _REMOVED_HARDCODE in line.comment.value]
+            why = (
+                f"{_WAS_HARDCODED}; upstream heuristic, V2 above {threshold} tokens"
+                if hardcoded
+                else f"V1/V2 threshold {old_threshold} -> {threshold} tokens"
+            )
+            *kept, marker = with_marker(stmt.leading_lines, self.name, why)
             new_body[heuristic_at] = _with_value(stmt, _retuned(value, threshold)).with_changes(
-                leading_lines=with_marker(
-                    stmt.leading_lines,
-                    self.name,
-                    f"V1/V2 threshold {old_threshold} -> {threshold} tokens",
-                )
+                leading_lines=[*kept, *removed, marker]
             )
         if not overrides:
             return new_body
@@ -300,7 +311,7 @@ class V2Dispatch(Transform):
         # they become leading lines of the statement that follows them.
         removal = marker_line(
             self.name,
-            f"removed `{FLAG} = True` that overrode the heuristic (forced V1)",
+            f"{_REMOVED_HARDCODE} that overrode the heuristic (forced V1)",
         )
         carried: List[cst.EmptyLine] = []
         for i in overrides:

@@ -36,6 +36,7 @@ _NEEDED = ("kv_cache_dtype", "b_start_loc", "b_seq_len", "max_input_len", "k_sca
 def prefill_cases(deployment: Deployment) -> List[Tuple[int, int, int]]:
     cases = []
     for seqs, ctx, new in _CASES:
+        new = min(new, deployment.max_model_len)
         if ctx + new > deployment.max_model_len:
             ctx = max(0, deployment.max_model_len - new)
         seqs = min(seqs, deployment.max_num_seqs)

@@ -182,8 +182,10 @@ def _kv_heads(config: Dict[str, Any], heads: int, path: Path, text: str) -> int:
     if explicit is not None:
         return explicit
     attn = config.get("attn_config")
-    if isinstance(attn, dict) and isinstance(attn.get("kv_n_heads"), int):
-        return int(attn["kv_n_heads"])  # MPT
+    if isinstance(attn, dict):
+        mpt = _int_field(attn, ("kv_n_heads",), path, text)  # MPT
+        if mpt is not None:
+            return mpt
     if config.get("multi_query") is True:
         return 1  # Falcon-7B style MQA
     return heads
