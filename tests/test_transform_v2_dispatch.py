@@ -147,6 +147,14 @@ def test_override_comments_are_kept_with_the_marker():
     assert "        # CoreX: force V1\n        # vllm-codemod: v2-dispatch: removed" in new
 
 
+def test_override_comments_are_kept_when_the_override_was_last():
+    # Nothing follows the override: its comments go above the heuristic with the marker.
+    code = source(UPSTREAM_HEURISTIC + "# CoreX: force V1\nuse_v1 = True\n", after="")
+    new = plan(code).module.code
+    assert "        # CoreX: force V1\n        # vllm-codemod: v2-dispatch: removed" in new
+    assert plan(new).status is Status.APPLIED
+
+
 def test_upstream_heuristic_is_applied():
     assert "8192" in assert_unchanged(T, source(UPSTREAM_HEURISTIC)).reason
 

@@ -323,9 +323,11 @@ class V2Dispatch(Transform):
         if following is not None:
             nxt = new_body[following]
             new_body[following] = nxt.with_changes(leading_lines=[*carried, *nxt.leading_lines])
-        else:  # nothing follows: the marker goes above the heuristic instead
+        else:  # nothing follows: the comments and the marker go above the heuristic instead
             kept = new_body[heuristic_at]
-            new_body[heuristic_at] = kept.with_changes(leading_lines=[*kept.leading_lines, removal])
+            new_body[heuristic_at] = kept.with_changes(
+                leading_lines=[*kept.leading_lines, *carried]
+            )
         removed = set(overrides)
         return [s for i, s in enumerate(new_body) if i not in removed]
 
