@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple
 
+import torch
 import triton
 import triton.language as tl
 
@@ -544,8 +545,6 @@ def sm_count(device: Any) -> int:
     if n is None:
         n = 0
         if getattr(device, "type", None) == "cuda":
-            import torch
-
             n = int(torch.cuda.get_device_properties(device).multi_processor_count)
         _sm_counts[device] = n
     return n
@@ -598,8 +597,6 @@ class _Scratch:
         """``tmp_out``, ``exp_sums``, ``max_logits`` views for ``chunks`` chunks per
         sequence (vLLM's layout), in one buffer per (device, dtype) that at least doubles
         when it grows.  Shared by every plan: calls run in stream order, one at a time."""
-        import torch
-
         n_out = num_seqs * num_heads * chunks * head
         n_ml = num_seqs * num_heads * chunks
         key = (like.device, like.dtype)
@@ -621,8 +618,6 @@ class _Scratch:
     def counter_buffer(self, device: Any, needed: int) -> Optional[Any]:
         """Zeroed counters, or None while a CUDA graph is being captured and the buffer
         would have to grow (a zero-fill captured into the graph would not run now)."""
-        import torch
-
         held = self.counters.get(device)
         if held is not None and held.numel() >= needed:
             return held
@@ -818,8 +813,6 @@ def _fusable(c: DecodeCall) -> bool:
         return False
     if not c.query.is_cuda:
         return True
-    import torch
-
     return not torch.cuda.is_current_stream_capturing()
 
 

@@ -16,7 +16,7 @@ import sys
 os.environ["TRITON_INTERPRET"] = "1"
 
 import torch  # noqa: E402
-from pa_helpers import make_inputs, rel_err, tolerance  # noqa: E402  (this script's directory)
+from pa_helpers import make_inputs, reference_of, rel_err, tolerance  # noqa: E402  (this script's directory)
 
 from vllm_codemod.kernels import call as call_mod  # noqa: E402
 from vllm_codemod.kernels import triton_impl  # noqa: E402
@@ -206,15 +206,7 @@ def run_empty_sequence_case() -> float:
             triton_impl.FUSE_MAX_PARTITIONS = saved
         assert torch.equal(a["out"][1], torch.zeros_like(a["out"][1])), "empty sequence"
         keep = [0, 2, 3]
-        ref = reference_paged_attention(
-            a["query"][keep],
-            a["key_cache"],
-            a["value_cache"],
-            a["block_tables"][keep],
-            [lens[i] for i in keep],
-            a["scale"],
-            None,
-        )
+        ref = reference_of(a, keep, lens)
         err = rel_err(a["out"][keep], ref)
         assert err < tolerance(torch.bfloat16), err
         worst = max(worst, err)

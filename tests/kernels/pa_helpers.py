@@ -7,6 +7,7 @@ from typing import List, Optional
 
 import torch
 
+from vllm_codemod.kernels.reference import reference_paged_attention
 from vllm_codemod.kernels.signature import PARTITION_SIZE
 
 
@@ -95,3 +96,17 @@ def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
 
 def tolerance(dtype: torch.dtype) -> float:
     return 1e-4 if dtype == torch.float32 else 2e-2
+
+
+def reference_of(a, seqs: List[int], lens: List[int]) -> torch.Tensor:
+    """The float64 reference for sequences ``seqs`` of inputs ``a``, with lengths ``lens``
+    (all of the inputs' sequences; ``a["seq_lens"]`` may differ, e.g. an empty one)."""
+    return reference_paged_attention(
+        a["query"][seqs],
+        a["key_cache"],
+        a["value_cache"],
+        a["block_tables"][seqs],
+        [lens[i] for i in seqs],
+        a["scale"],
+        a["alibi_slopes"],
+    )
