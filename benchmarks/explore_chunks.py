@@ -53,6 +53,10 @@ def run_variant(name, a, fa, fb, ref, kv_bytes, bw, config=None, knobs=None, one
         plan = next(iter(ti._plans.values()))
         k = plan.partition.constexprs
         row["chunk"], row["fused"], row["compact"] = k["PART"], k["FUSED"], k["COMPACT"]
+        row["budget"] = plan.budget
+        if plan.budget:  # the item length the kernels compute on the device
+            per = -(-int(a["seq_lens"].sum()) // plan.budget)
+            row["chunk"] = max(-(-per // k["ALIGN"]) * k["ALIGN"], k["PART"])
         row["grid"] = list(plan.partition.grid)
         comp = plan.partition.compiled
         row["regs"] = getattr(comp, "n_regs", None)
@@ -69,7 +73,8 @@ def run_variant(name, a, fa, fb, ref, kv_bytes, bw, config=None, knobs=None, one
             extra = f" one {row['one_us']:7.1f}"
         print(
             f"  {name:<18} {label:<60} chunk {row['chunk']:>3} fused {int(row['fused'])} "
-            f"compact {int(row['compact'])} regs {row['regs']} chain {t:7.1f} us "
+            f"compact {int(row['compact'])} budget {row['budget']} regs {row['regs']} "
+            f"chain {t:7.1f} us "
             f"({row['chain_pct']:5.1f}%){extra} err {err:.1e}",
             flush=True,
         )
@@ -198,6 +203,39 @@ def main():
         for name in ("8x32K/32-8/128", "64x4K/32-8/128"):
             lens, nh, nkv, hs = SHAPES[name]
             variants = [(None, {"COMPACT_MAX_SEQS": 0}), (None, {})]
+            rows += shape_rows(name, lens, nh, nkv, hs, bw, variants)
+            save()
+    if "balanced" in parts:  # session 6: item length from the lengths' total, on the device
+        off = {"BALANCED_WAVES": 0}
+        for name in (
+            "1x100K/32-8/128",
+            "1x100K/28-4/128",
+            "1x32K/32-8/128",
+            "ragged16/32-8/128",
+            "8x32K/32-8/128",
+            "64x4K/32-8/128",
+        ):
+            lens, nh, nkv, hs = SHAPES[name]
+            variants = [(None, off)]
+            variants += [(None, {"BALANCED_WAVES": w}) for w in (1, 2, 3)]
+            variants += [(None, {"BALANCED_FORCE_SLOTS": n}) for n in (6, 7)]
+            variants.append((H128[0], {"BALANCED_FORCE_SLOTS": 4}))
+            rows += shape_rows(name, lens, nh, nkv, hs, bw, variants)
+            save()
+        lens, nh, nkv, hs = SHAPES["1x100K/16-2/256"]
+        variants = [(None, off)]
+        variants += [(None, {"BALANCED_FORCE_SLOTS": 3, "BALANCED_WAVES": w}) for w in (1, 2)]
+        variants += [(H256[1], {"BALANCED_FORCE_SLOTS": n}) for n in (4, 6)]
+        rows += shape_rows("1x100K/16-2/256", lens, nh, nkv, hs, bw, variants)
+        save()
+    if "balanced2" in parts:  # the rule as shipped against balancing off, and two more
+        off = {"BALANCED_WAVES": 0}
+        for name, (lens, nh, nkv, hs) in SHAPES.items():
+            variants = [(None, {}), (None, off)]
+            if name.startswith("ragged"):
+                variants.append((None, {"BALANCED_WAVES": 1, "BALANCED_FORCE_SLOTS": 7}))
+            if hs == 256:
+                variants += [(H256[1], {"BALANCED_FORCE_SLOTS": 4}), (H256[1], {})]
             rows += shape_rows(name, lens, nh, nkv, hs, bw, variants)
             save()
     if "fused" in parts:

@@ -143,3 +143,61 @@ def pick_chunk(programs_at_max: int, sms: int, config: LaunchConfig, g_pad: int,
     if fits:
         return fits[-1]
     return min(CHUNKS, key=lambda c: (round(-(-waves[c] // 1) / waves[c], 3), -c))
+
+
+# Balanced items (BALANCED in triton_impl, session 6): one item length for the whole call,
+# computed on the device from the lengths' total, so that the full items fill whole waves
+# of the config's programs per SM; every sequence adds at most one shorter item.  Runs
+# v29-v30 (H200, per call in a 20-call graph, against the chunk rule and compact grid
+# above): one sequence in one wave, 1 x 100K 32/8 104.9 -> 100.8 us, 28/4 59.0 -> 56.5;
+# a batch of up to BALANCED_MAX_SEQS sequences in two waves, ragged 16 121.8 -> 109.1,
+# 8 x 32K 255.6 -> 254.7.  64 x 4K was 3% slower in two waves (273.2 vs 265.4, v29) and
+# keeps the compact grid.  One wave over a batch loses: the shorter items finish early and
+# the full items that did not fit start a second wave (64 x 4K: 395.6 us).  1 x 32K is
+# level (39.4 vs 38.9 us; the same 256-token items either way).
+BALANCED_WAVES = (1, 2)  # waves for one sequence, for a batch; 0 turns balancing off
+BALANCED_MAX_SEQS = 16
+BALANCED_MIN_CHUNK = 128
+# Head 256, one sequence: two warps (255 registers, 4 programs per SM) in one balanced
+# wave beat the table's four-warp config at 512-token chunks: 1 x 100K 16/2 63.7 and 61.8
+# us against 64.9 and 64.7 (v29, v30).  Unbalanced, the same config is slower (67.2).
+# Only one sequence and 2-byte caches were measured; elsewhere the table's config stays.
+K3D_BALANCED_HEAD256_CONFIG = LaunchConfig(32, 2, 1, True, prefetch=1, k3d=True)
+BALANCED_FORCE_SLOTS = 0  # benchmarks: this many programs per SM for any config
+
+
+def balanced_slots(config: LaunchConfig, g_pad: int, d_pad: int) -> int:
+    """Programs per SM of ``config`` where it was measured for balanced items (its
+    register-limited residency, runs v25 and v29), else 0."""
+    if BALANCED_FORCE_SLOTS:
+        return BALANCED_FORCE_SLOTS
+    if g_pad > 16:
+        return 0
+    if d_pad <= 128 and config == K3D_MANY_PROGRAMS_CONFIG:
+        return K3D_SLOTS_PER_SM
+    if d_pad == 256 and config == K3D_BALANCED_HEAD256_CONFIG:
+        return 4
+    return 0
+
+
+def balanced_config(config: LaunchConfig, g_pad: int, d_pad: int, seqs: int) -> LaunchConfig:
+    """The tables' ``config`` for a launch that may balance: head 256 with one sequence of
+    a 16-row group takes K3D_BALANCED_HEAD256_CONFIG (2-byte caches; the caller decides)."""
+    if _override is None and seqs == 1 and g_pad <= 16 and d_pad == 256:
+        if config == K3D_CONFIGS[256]:
+            return K3D_BALANCED_HEAD256_CONFIG
+    return config
+
+
+def balanced_budget(
+    config: LaunchConfig, g_pad: int, d_pad: int, sms: int, groups: int, seqs: int = 1
+) -> int:
+    """Full items per (kv head, group chunk) for a balanced launch of ``seqs`` sequences,
+    or 0 for the chunk rule: the config's programs per SM x SMs x waves, shared by
+    ``groups``.  An explicit chunk in the config, an unknown SM count or an unmeasured
+    config keep the chunk rule."""
+    waves = BALANCED_WAVES if isinstance(BALANCED_WAVES, int) else BALANCED_WAVES[seqs > 1]
+    if config.chunk or not sms or waves <= 0 or seqs > BALANCED_MAX_SEQS:
+        return 0
+    slots = balanced_slots(config, g_pad, d_pad)
+    return max(1, slots * sms * waves // groups) if slots else 0

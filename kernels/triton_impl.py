@@ -9,7 +9,10 @@ buffers (``tmp_out`` normalized by the partition's own exp-sum, ``exp_sums``,
 ``max_logits``), smaller ones a per-device scratch buffer of ours in the same layout; a
 second kernel reduces them into ``out``.  A batch of several sequences numbers only the
 chunks that exist (COMPACT); a short sequence called eagerly is one launch, the last
-chunk of each kv head merging the others (FUSED).
+chunk of each kv head merging the others (FUSED).  Where the config's programs per SM are
+known, one sequence or a batch of a few is cut into balanced items instead (BALANCED):
+one item length for the whole call, computed on the device from the lengths' total, so
+that the full items fill whole waves of the GPU whatever the lengths.
 
 Only Triton 2.1 language features: tl.dot, masked tl.load/tl.store, tl.max/tl.sum,
 tl.cumsum, tl.exp, tl.where, tl.arange, tl.zeros, atomics, constexpr.  fp32 caches use a
@@ -156,22 +159,20 @@ def _load_kv_tile(
 
 @triton.jit
 def _partition(
-    seq, part, kvh, gc, hg, exp_sums_ptr, max_logits_ptr, tmp_out_ptr, out_ptr, counters_ptr,
-    q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr, alibi_ptr, scale,
-    num_hg, stride_qs, stride_qh, stride_qd, stride_kb, stride_kh, stride_kd, stride_kt,
-    stride_kx, stride_vb, stride_vh, stride_vd, stride_vt, stride_bt, stride_es_s,
-    stride_es_h, stride_es_p, stride_ml_s, stride_ml_h, stride_ml_p, stride_to_s,
-    stride_to_h, stride_to_p, stride_to_d, stride_os, stride_oh,
+    seq, part, start, end, seq_len, kvh, gc, hg, exp_sums_ptr, max_logits_ptr, tmp_out_ptr, out_ptr,
+    counters_ptr, q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr, alibi_ptr, scale,
+    num_hg, stride_qs, stride_qh, stride_qd, stride_kb, stride_kh, stride_kd, stride_kt, stride_kx,
+    stride_vb, stride_vh, stride_vd, stride_vt, stride_bt, stride_es_s, stride_es_h, stride_es_p,
+    stride_ml_s, stride_ml_h, stride_ml_p, stride_to_s, stride_to_h, stride_to_p, stride_to_d,
+    stride_os, stride_oh,
     QUERIES_PER_KV: tl.constexpr, G_PAD: tl.constexpr, HEAD_SIZE: tl.constexpr,
     D_PAD: tl.constexpr, X: tl.constexpr, BLOCK_SIZE: tl.constexpr, PART: tl.constexpr,
     TILE: tl.constexpr, USE_ALIBI: tl.constexpr, F32_SPLIT: tl.constexpr,
     CONTIG_HINTS: tl.constexpr, EARLY_V: tl.constexpr, PREFETCH: tl.constexpr,
     K_3D: tl.constexpr, FUSED: tl.constexpr, P_FUSE: tl.constexpr,
 ):  # fmt: skip
-    # One chunk of PART tokens of one sequence for the query heads (rows) of one kv head.
-    seq_len = tl.load(seq_lens_ptr + seq)
-    start = part * PART
-    end = tl.minimum(start + PART, seq_len)
+    # Tokens [start, end) of one sequence for the query heads (rows) of one kv head; the
+    # partials go to slot ``part`` (the chunk's index, or with BALANCED the item's).
     num_tiles = (end - start + TILE - 1) // TILE  # <= 0 past the sequence's end
     part_ok = start < seq_len
 
@@ -332,25 +333,34 @@ def _partition(
 
 
 @triton.jit
-def _compact_item(seq_lens_ptr, num_seqs, item, PART: tl.constexpr, NS_PAD: tl.constexpr):
+def _compact_item(lens, sidx, num_seqs, item, part_len):
     # (sequence, chunk) of the item-th chunk when every sequence's chunks are numbered back
     # to back (prefix sum of the lengths).  Every sequence has at least one item: an empty
     # one's program writes its zero rows when the merge is fused (no chunk of it arrives
     # at the counter).  Past the last item: the last sequence, a chunk past its end (no
     # work, no stores).
-    sidx = tl.arange(0, NS_PAD)
-    lens = tl.load(seq_lens_ptr + sidx, mask=sidx < num_seqs, other=0)
-    chunks = tl.maximum((lens + PART - 1) // PART, 1)
+    chunks = tl.maximum((lens + part_len - 1) // part_len, 1)
     ends = tl.cumsum(chunks, 0)
     seq = tl.minimum(tl.sum((ends <= item).to(tl.int32), 0), num_seqs - 1)
     return seq, item - tl.sum(tl.where(sidx < seq, chunks, 0), 0)
 
 
 @triton.jit
+def _balanced_chunk(total, budget, ALIGN: tl.constexpr, MIN_CHUNK: tl.constexpr):
+    # Tokens per item so that the whole batch's full items number at most ``budget`` per
+    # (kv head, group chunk): the total over ``budget``, rounded up to whole tiles and
+    # blocks.  Each sequence adds at most one shorter item, so there are at most
+    # budget + sequences items, the host's grid.  Computed on the device from the lengths
+    # (no host sync; a captured CUDA graph replays with new lengths).
+    per = (total + budget - 1) // budget
+    return tl.maximum((per + ALIGN - 1) // ALIGN * ALIGN, MIN_CHUNK)
+
+
+@triton.jit
 def _pa_v2_partition_kernel(
     exp_sums_ptr, max_logits_ptr, tmp_out_ptr, out_ptr, counters_ptr, q_ptr, k_cache_ptr,
     v_cache_ptr, block_tables_ptr, seq_lens_ptr, alibi_ptr, scale, num_seqs, num_kv_heads,
-    num_group_chunks, stride_qs, stride_qh, stride_qd, stride_kb, stride_kh,
+    num_group_chunks, budget, stride_qs, stride_qh, stride_qd, stride_kb, stride_kh,
     stride_kd, stride_kt, stride_kx, stride_vb, stride_vh, stride_vd, stride_vt, stride_bt,
     stride_es_s, stride_es_h, stride_es_p, stride_ml_s, stride_ml_h, stride_ml_p,
     stride_to_s, stride_to_h, stride_to_p, stride_to_d, stride_os, stride_oh,
@@ -359,29 +369,54 @@ def _pa_v2_partition_kernel(
     TILE: tl.constexpr, USE_ALIBI: tl.constexpr, F32_SPLIT: tl.constexpr,
     CONTIG_HINTS: tl.constexpr, EARLY_V: tl.constexpr, PREFETCH: tl.constexpr,
     K_3D: tl.constexpr, FUSED: tl.constexpr, P_FUSE: tl.constexpr, COMPACT: tl.constexpr,
-    NS_PAD: tl.constexpr,
+    NS_PAD: tl.constexpr, BALANCED: tl.constexpr, ALIGN: tl.constexpr,
 ):  # fmt: skip
     # Grid: (sequences x kv heads x group chunks, chunks of the longest sequence), or with
     # COMPACT one axis over (chunk item, kv head x group chunk) with the items of every
     # sequence numbered back to back (from the lengths' prefix sum): in a ragged batch the
     # programs with work come first, and the ones past the last item exit at once (run
     # v25: 147.1 -> 124.2 us on the 16-sequence ragged batch).
+    # BALANCED: the same one axis, but the items' length comes from the lengths' total
+    # (_balanced_chunk), so the full items fill ``budget`` programs per (kv head, group
+    # chunk) whatever the batch; partials go to slot = item in a buffer of ours.
     num_hg = num_kv_heads * num_group_chunks
     pid = tl.program_id(0)
     hg = pid % num_hg
-    if COMPACT:
-        seq, part = _compact_item(seq_lens_ptr, num_seqs, pid // num_hg, PART, NS_PAD)
+    if BALANCED and NS_PAD == 1:  # one sequence: item = chunk, no prefix sum
+        seq = 0
+        seq_len = tl.load(seq_lens_ptr)
+        part_len = _balanced_chunk(seq_len, budget, ALIGN, PART)
+        part = pid // num_hg
+        slot = part
+    elif COMPACT or BALANCED:
+        sidx = tl.arange(0, NS_PAD)
+        lens = tl.load(seq_lens_ptr + sidx, mask=sidx < num_seqs, other=0)
+        item = pid // num_hg
+        if BALANCED:
+            part_len = _balanced_chunk(tl.sum(lens, 0), budget, ALIGN, PART)
+            seq, part = _compact_item(lens, sidx, num_seqs, item, part_len)
+            slot = item
+        else:
+            part_len = PART
+            seq, part = _compact_item(lens, sidx, num_seqs, item, PART)
+            slot = part
+        seq_len = tl.sum(tl.where(sidx == seq, lens, 0), 0)
     else:
         seq = pid // num_hg
         part = tl.program_id(1)
+        slot = part
+        part_len = PART
+        seq_len = tl.load(seq_lens_ptr + seq)
+    start = part * part_len
+    end = tl.minimum(start + part_len, seq_len)
     _partition(
-        seq, part, hg // num_group_chunks, hg % num_group_chunks, hg, exp_sums_ptr,
-        max_logits_ptr, tmp_out_ptr, out_ptr, counters_ptr, q_ptr, k_cache_ptr, v_cache_ptr,
-        block_tables_ptr, seq_lens_ptr, alibi_ptr, scale, num_hg, stride_qs, stride_qh,
-        stride_qd, stride_kb, stride_kh, stride_kd, stride_kt, stride_kx, stride_vb,
-        stride_vh, stride_vd, stride_vt, stride_bt, stride_es_s, stride_es_h, stride_es_p,
-        stride_ml_s, stride_ml_h, stride_ml_p, stride_to_s, stride_to_h, stride_to_p,
-        stride_to_d, stride_os, stride_oh,
+        seq, slot, start, end, seq_len, hg // num_group_chunks, hg % num_group_chunks, hg,
+        exp_sums_ptr, max_logits_ptr, tmp_out_ptr, out_ptr, counters_ptr, q_ptr, k_cache_ptr,
+        v_cache_ptr, block_tables_ptr, seq_lens_ptr, alibi_ptr, scale, num_hg, stride_qs, stride_qh,
+        stride_qd, stride_kb, stride_kh, stride_kd, stride_kt, stride_kx, stride_vb, stride_vh,
+        stride_vd, stride_vt, stride_bt, stride_es_s, stride_es_h, stride_es_p, stride_ml_s,
+        stride_ml_h, stride_ml_p, stride_to_s, stride_to_h, stride_to_p, stride_to_d, stride_os,
+        stride_oh,
         QUERIES_PER_KV, G_PAD, HEAD_SIZE, D_PAD, X, BLOCK_SIZE, PART, TILE, USE_ALIBI,
         F32_SPLIT, CONTIG_HINTS, EARLY_V, PREFETCH, K_3D, FUSED, P_FUSE,
     )  # fmt: skip
@@ -404,6 +439,8 @@ def _pa_v2_reduce_kernel(
     max_logits_ptr,
     tmp_out_ptr,
     seq_lens_ptr,
+    num_seqs,
+    budget,
     num_heads,
     max_parts,
     stride_os,
@@ -425,19 +462,41 @@ def _pa_v2_reduce_kernel(
     P_MAX: tl.constexpr,
     P_CHUNK: tl.constexpr,
     SINGLE_PASS: tl.constexpr,
+    BALANCED: tl.constexpr,
+    ALIGN: tl.constexpr,
+    NS_PAD: tl.constexpr,
 ):
     # One program per (sequence, head, D_BLK slice of the head): many programs even for
     # one sequence, and short dependent chains (the max over partitions in one load).
+    # BALANCED: a sequence's partials are the items first .. first + num_parts - 1 of the
+    # partition kernel's numbering, recomputed here from the lengths the same way.
     pid = tl.program_id(0)
     seq = pid // num_heads
     h = pid % num_heads
     d = tl.program_id(1) * D_BLK + tl.arange(0, D_BLK)
     d_ok = d < HEAD_SIZE
-    seq_len = tl.load(seq_lens_ptr + seq)
-    num_parts = (seq_len + PART - 1) // PART
     ml_base = max_logits_ptr + seq * stride_ml_s + h * stride_ml_h
     es_base = exp_sums_ptr + seq * stride_es_s + h * stride_es_h
     to_base = tmp_out_ptr + seq * stride_to_s + h * stride_to_h
+    if BALANCED and NS_PAD == 1:  # one sequence: its items are slots 0 .. num_parts - 1
+        seq_len = tl.load(seq_lens_ptr)
+        part_len = _balanced_chunk(seq_len, budget, ALIGN, PART)
+        num_parts = (seq_len + part_len - 1) // part_len
+    elif BALANCED:
+        sidx = tl.arange(0, NS_PAD)
+        lens = tl.load(seq_lens_ptr + sidx, mask=sidx < num_seqs, other=0)
+        part_len = _balanced_chunk(tl.sum(lens, 0), budget, ALIGN, PART)
+        chunks = tl.maximum((lens + part_len - 1) // part_len, 1)
+        first = tl.sum(tl.where(sidx < seq, chunks, 0), 0)
+        seq_len = tl.sum(tl.where(sidx == seq, lens, 0), 0)
+        num_parts = (seq_len + part_len - 1) // part_len
+        ml_base += first * stride_ml_p
+        es_base += first * stride_es_p
+        to_base += first * stride_to_p
+        max_parts = num_parts  # the buffer ends after the last item: no junk to mask
+    else:
+        seq_len = tl.load(seq_lens_ptr + seq)
+        num_parts = (seq_len + PART - 1) // PART
 
     if SINGLE_PASS:
         # Every partition fits in P_MAX: the three loads are masked by the buffers' size,
@@ -639,7 +698,7 @@ class _Plan:
     so a call only gathers its tensors."""
 
     __slots__ = ("partition", "reduce", "part_strides", "reduce_strides", "n_gc", "partials")
-    __slots__ += ("counters", "config")
+    __slots__ += ("counters", "config", "budget")
 
     def __init__(
         self, c: DecodeCall, config: Optional[LaunchConfig], k3d: bool, fusable: bool = False
@@ -661,15 +720,20 @@ class _Plan:
         at_max = num_seqs * num_hg * c.num_partitions  # programs with 512-token chunks
         if config is None:
             config = launch_tables.pick_config(at_max, d_pad, g_pad, k3d)
+            if k3d and not f32_split and sm_count(query.device):
+                config = launch_tables.balanced_config(config, g_pad, d_pad, num_seqs)
         self.config = config  # as given or as the tables picked it (for tests, benchmarks)
         # One launch for short sequences called eagerly (FUSE_MAX_PARTITIONS, _fusable), in
         # vLLM's partitions.
         fused = fusable and not config.chunk
+        budget = 0
         if fused:
             chunk = PARTITION_SIZE
         else:
             sms = sm_count(query.device)
             chunk = launch_tables.pick_chunk(at_max, sms, config, g_pad, d_pad)
+            if num_seqs <= COMPACT_MAX_SEQS:
+                budget = launch_tables.balanced_budget(config, g_pad, d_pad, sms, num_hg, num_seqs)
         if chunk & (chunk - 1) or not 16 <= chunk <= PARTITION_SIZE:
             raise ValueError(f"paged_attention_v2 (Triton): chunk {chunk} is not 16-512, 2^k")
         chunk = max(chunk, c.block_size)  # whole blocks per chunk (the V load's hints)
@@ -687,7 +751,22 @@ class _Plan:
             tile = min(tile, 16)
         elif g_pad >= 32 and not k3d:  # Triton 2.1's 2-D load: 49408 bytes at 32 x 64
             tile = min(tile, 32)
-        if chunk == PARTITION_SIZE:  # vLLM's own partition buffers
+        align = max(tile, c.block_size)
+        if budget:
+            # Items of a length chosen on the device (>= chunk, whole tiles and blocks),
+            # at most budget + sequences of them; their partials in a buffer of ours,
+            # slot = item, shared by every sequence (stride 0).
+            chunk = max(launch_tables.BALANCED_MIN_CHUNK, align)
+            n_items = budget + num_seqs
+            tmp_out, exp_sums, max_logits = (
+                t.expand(num_seqs, *t.shape[1:])
+                for t in _scratch.partial_views(c.tmp_out, 1, num_heads, n_items, head_size)
+            )
+            self.partials = (exp_sums, max_logits, tmp_out)
+            # A sequence's items: <= budget (its length / chunk <= total / chunk).
+            n_chunks = min(budget, -(-c.max_seq_len // chunk))
+            max_parts = n_chunks
+        elif chunk == PARTITION_SIZE:  # vLLM's own partition buffers
             tmp_out, exp_sums, max_logits = c.tmp_out, c.exp_sums, c.max_logits
             max_parts = min(exp_sums.shape[2], max_logits.shape[2], tmp_out.shape[2])
             self.partials: Optional[tuple] = None
@@ -697,15 +776,19 @@ class _Plan:
             )
             max_parts = n_chunks
             self.partials = (exp_sums, max_logits, tmp_out)
-        fused = fused or n_chunks <= FUSE_MAX_CHUNKS
+        fused = (fused or n_chunks <= FUSE_MAX_CHUNKS) and not budget
         counters = _scratch.counter_buffer(query.device, num_seqs * num_hg) if fused else None
         fused = counters is not None
         self.counters = counters
-        compact = 1 < num_seqs <= COMPACT_MAX_SEQS
-        if compact:  # sequences x chunks of the longest (>= 1): an upper bound of the items
+        compact = 1 < num_seqs <= COMPACT_MAX_SEQS and not budget
+        if budget:
+            grid = (num_hg * (budget + num_seqs), 1, 1)
+        elif compact:  # sequences x chunks of the longest (>= 1): an upper bound of the items
             grid = (num_hg * num_seqs * max(n_chunks, 1), 1, 1)
         else:
             grid = (num_seqs * num_hg, n_chunks, 1)
+        # The lengths' vector of the compact and balanced grids; 1: one sequence, no vector.
+        ns_pad = 1 if num_seqs == 1 else max(2, _next_pow2(num_seqs))
         ks, vs = key_cache.stride(), value_cache.stride()
         # Contiguity hints hold for vLLM's dense cache layouts: x elements contiguous in K,
         # block_size tokens contiguous in V, every block/head/row start aligned to them.
@@ -716,7 +799,9 @@ class _Plan:
             and all(v % c.block_size == 0 for v in vs[:3])
         )
         self.n_gc = n_gc
-        self.part_strides = (num_seqs, c.num_kv_heads, n_gc) + tuple(query.stride())
+        self.budget = budget
+        self.part_strides = (num_seqs, c.num_kv_heads, n_gc, max(budget, 1))
+        self.part_strides += tuple(query.stride())
         self.part_strides += tuple(ks) + tuple(vs) + (c.block_tables.stride(0),)
         self.part_strides += tuple(exp_sums.stride()) + tuple(max_logits.stride())
         self.part_strides += tuple(tmp_out.stride()) + tuple(out.stride()[:2])
@@ -741,7 +826,9 @@ class _Plan:
                 FUSED=fused,
                 P_FUSE=max(2, _next_pow2(n_chunks)) if fused else 2,
                 COMPACT=compact,
-                NS_PAD=max(2, _next_pow2(num_seqs)) if compact else 2,
+                NS_PAD=ns_pad,
+                BALANCED=bool(budget),
+                ALIGN=align,
             ),
             dict(num_warps=warps, num_stages=stages),
         )
@@ -751,7 +838,8 @@ class _Plan:
         # Up to 256 partitions a program covers 32 columns of the head; up to 512, 16
         # (the single-pass tile stays 8K values).
         d_blk = min(32 if n_chunks <= 256 else 16, d_pad)
-        self.reduce_strides = (num_heads, max_parts) + tuple(out.stride())
+        self.reduce_strides = (num_seqs, max(budget, 1), num_heads, max_parts)
+        self.reduce_strides += tuple(out.stride())
         self.reduce_strides += tuple(exp_sums.stride()) + tuple(max_logits.stride())
         self.reduce_strides += tuple(tmp_out.stride())
         self.reduce = _Kernel(
@@ -764,6 +852,9 @@ class _Plan:
                 P_MAX=max(16, min(512, _next_pow2(n_chunks))),
                 P_CHUNK=4096 // d_blk,
                 SINGLE_PASS=n_chunks <= REDUCE_SINGLE_PASS_MAX,
+                BALANCED=bool(budget),
+                ALIGN=align,
+                NS_PAD=ns_pad,
             ),
             dict(num_warps=4),
         )

@@ -85,6 +85,8 @@ def launcher_configs(d_pad: int):
         out.append(("k3d-many", lt.K3D_MANY_PROGRAMS_CONFIG))
         out.append(("k3d-wide", lt.K3D_WIDE_GROUP_CONFIG))
         out.append(("k3d-wide-many", lt.K3D_WIDE_GROUP_MANY_CONFIG))
+    if d_pad == 256:  # one sequence, 16 rows, balanced items (launch_tables.balanced_config)
+        out.append(("k3d-bal256", lt.K3D_BALANCED_HEAD256_CONFIG))
     return out
 
 
@@ -92,6 +94,8 @@ def groups_for(cname: str, d_pad: int):
     """The GQA groups pick_config gives this config to: the wide-group configs take the
     64-row programs at head <= 128, the others the rest (and everything at head 256)."""
     wide = [g for g in GROUPS if g[0] // g[1] >= launch_tables.WIDE_GROUP_ROWS]
+    if cname == "k3d-bal256":
+        return [g for g in GROUPS if g[0] // g[1] <= 16]
     if "wide" in cname:
         return wide
     if cname == "k3d" and d_pad <= 128:  # 16-row programs take the one-warp k3d config
@@ -123,12 +127,18 @@ def cases(full: bool):
                 alibi = i % 2 == 1
                 i += 1
                 yield hs, dtype, bs, alibi, grp, lens, cname, cfg
+                if cname == "k3d-many":  # balanced items (16 rows): one sequence, a batch
+                    for more in LENS[1:]:
+                        yield hs, dtype, bs, alibi, GROUPS[0], more, cname, cfg
+                if cname == "k3d-bal256" and lens != LENS[1]:  # the one sequence it serves
+                    yield hs, dtype, bs, alibi, GROUPS[0], LENS[1], cname, cfg
 
 
 # Sequence lengths of the recorded batches: a short ragged batch (one launch: the fused
 # merge, compact grid), one long sequence (partition kernel + the reduce's single pass),
 # and a ragged batch past REDUCE_SINGLE_PASS_MAX partitions (the reduce's chunked loop).
 LENS = ((700, 1300), (5000,), (700, (triton_impl.REDUCE_SINGLE_PASS_MAX + 1) * 512))
+RECORD_SMS = 132
 
 
 class _Recorder:
@@ -169,8 +179,12 @@ def record_launches(case):
     sink = []
     saved = {n: getattr(triton_impl, "_pa_v2_" + n + "_kernel") for n in KERNELS}
     saved_plans = triton_impl._plans
+    cpu = torch.device("cpu")
     try:
         triton_impl._plans = {}  # plans hold the kernel they were built with
+        # An H200's SM count, so that the chunk rule and balanced items (which need one)
+        # make the launches they make on a GPU.
+        triton_impl._sm_counts[cpu] = RECORD_SMS
         for n in KERNELS:
             setattr(triton_impl, "_pa_v2_" + n + "_kernel", _Recorder(n, sink))
         # k3d where this Triton has tl.permute; the config's own flag decides per launch.
@@ -179,6 +193,7 @@ def record_launches(case):
         for n, fn in saved.items():
             setattr(triton_impl, "_pa_v2_" + n + "_kernel", fn)
         triton_impl._plans = saved_plans
+        triton_impl._sm_counts.pop(cpu, None)
     return sink
 
 

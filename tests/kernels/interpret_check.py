@@ -19,7 +19,10 @@ import torch  # noqa: E402
 from pa_helpers import make_inputs, reference_of, rel_err, tolerance  # noqa: E402  (this script's directory)
 
 from vllm_codemod.kernels import call as call_mod  # noqa: E402
-from vllm_codemod.kernels import triton_impl  # noqa: E402
+from vllm_codemod.kernels import (
+    launch_tables,  # noqa: E402
+    triton_impl,  # noqa: E402
+)
 from vllm_codemod.kernels.launch_tables import LaunchConfig  # noqa: E402
 from vllm_codemod.kernels.reference import (  # noqa: E402
     reference_paged_attention,
@@ -113,6 +116,36 @@ CASES = [
         False,
         {"FUSE_MAX_CHUNKS": 64},
     ),
+    # Balanced items (the item length chosen on the device from the lengths' total): a
+    # single sequence, a ragged batch over two waves, a forced config with the chunked
+    # reduce, ALiBi; "sms" stands in for the CPU's missing SM count.
+    ([5000], 8, 2, 64, 16, torch.bfloat16, False, (32, 1, 1, True, 1, True), False, {"sms": 2}),
+    (
+        [1, 700, 1300, 5, 17],
+        8,
+        2,
+        128,
+        16,
+        torch.bfloat16,
+        True,
+        (32, 1, 1, True, 1, True),
+        False,
+        {"sms": 3, "BALANCED_WAVES": 2, "FUSE_MAX_PARTITIONS": 0},
+    ),
+    (
+        [1300, 17, 2900],
+        4,
+        2,
+        80,
+        8,
+        torch.float32,
+        True,
+        (16, 1, 1, True, 0, False),
+        True,
+        {"sms": 2, "BALANCED_FORCE_SLOTS": 3},
+    ),
+    # Head 256, one sequence: the tables' two-warp config for balanced items.
+    ([3000], 16, 2, 256, 16, torch.bfloat16, False, None, False, {"sms": 2}),
 ]
 
 
@@ -131,21 +164,29 @@ def run_case(case) -> float:
     config = None if cfg is None else LaunchConfig(*cfg)
     if chunked:
         knobs["REDUCE_SINGLE_PASS_MAX"] = 0
-    saved = {name: getattr(triton_impl, name) for name in knobs}
+    sms = knobs.pop("sms", 0)
+    saved = {name: getattr(_module_of(name), name) for name in knobs}
     for name, value in knobs.items():
-        setattr(triton_impl, name, value)
+        setattr(_module_of(name), name, value)
     triton_impl._plans.clear()
+    triton_impl._sm_counts[torch.device("cpu")] = sms
     try:
         for call in range(2):
             _fill_nan(a)
             triton_impl.run(c, config)
             assert len(triton_impl._plans) == 1, f"call {call}: plan not reused"
             (plan,) = triton_impl._plans.values()
-            err = _check(a, lens, dtype, plan.partition.constexprs["PART"] == 512)
+            assert plan.partition.constexprs["BALANCED"] is bool(sms), "balanced"
+            err = _check(a, lens, dtype, plan.partition.constexprs["PART"] == 512 and not sms)
     finally:
         for name, value in saved.items():
-            setattr(triton_impl, name, value)
+            setattr(_module_of(name), name, value)
+        triton_impl._sm_counts.pop(torch.device("cpu"), None)
     return err
+
+
+def _module_of(knob: str):
+    return triton_impl if hasattr(triton_impl, knob) else launch_tables
 
 
 def _check(a, lens, dtype, vllm_buffers: bool) -> float:
@@ -190,20 +231,24 @@ def run_empty_sequence_case() -> float:
     kernel): its rows are zeros, the others match the reference."""
     lens = [700, 0, 1300, 5]
     worst = 0.0
-    for fuse in (True, False):
+    balanced_config = LaunchConfig(32, 1, 1, True, 1, True)
+    for fuse, sms in ((True, 0), (False, 0), (False, 2)):
         a = make_inputs([700, 1, 1300, 5], 8, 2, 64, 16, torch.bfloat16, "cpu", seed=3)
         a["seq_lens"] = torch.tensor(lens, dtype=torch.int32)
         saved = triton_impl.FUSE_MAX_PARTITIONS
         triton_impl.FUSE_MAX_PARTITIONS = 4 if fuse else 0
         triton_impl._plans.clear()
+        triton_impl._sm_counts[torch.device("cpu")] = sms
         try:
             _fill_nan(a)
-            triton_impl.run(call_mod.build((), dict(a)))
+            triton_impl.run(call_mod.build((), dict(a)), balanced_config if sms else None)
             (plan,) = triton_impl._plans.values()
-            assert plan.partition.constexprs["COMPACT"] is True
+            assert plan.partition.constexprs["COMPACT"] is not sms
+            assert plan.partition.constexprs["BALANCED"] is bool(sms)
             assert plan.partition.constexprs["FUSED"] is fuse
         finally:
             triton_impl.FUSE_MAX_PARTITIONS = saved
+            triton_impl._sm_counts.pop(torch.device("cpu"), None)
         assert torch.equal(a["out"][1], torch.zeros_like(a["out"][1])), "empty sequence"
         keep = [0, 2, 3]
         ref = reference_of(a, keep, lens)

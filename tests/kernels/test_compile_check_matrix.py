@@ -32,7 +32,11 @@ def check():
 
 
 def _reachable(cfg, d_pad, g_pad):
-    """Whether pick_config returns cfg for some program count at this head and row count."""
+    """Whether pick_config returns cfg for some program count at this head and row count
+    (or balanced_config turns the table's choice for one sequence into it)."""
+    two = launch_tables.K3D_BALANCED_HEAD256_CONFIG
+    if cfg == two and launch_tables.balanced_config(two, g_pad, d_pad, 1) == two:
+        return launch_tables.balanced_config(launch_tables.K3D_CONFIGS[256], g_pad, d_pad, 1) == two
     counts = (1, launch_tables.MANY_PROGRAMS, launch_tables.MID_PROGRAMS_LIMIT)
     counts += (launch_tables.K3D_MANY_PROGRAMS, 10**6)
     return any(
@@ -54,17 +58,19 @@ def test_every_case_is_a_launch_the_tables_make(check):
     tables = set(lt.K3D_CONFIGS.values()) | set(lt.DEFAULT_CONFIGS.values())
     tables |= {lt.K3D_MANY_PROGRAMS_CONFIG, lt.K3D_WIDE_GROUP_CONFIG}
     tables |= {lt.K3D_WIDE_GROUP_MANY_CONFIG, lt.MANY_PROGRAMS_CONFIG, lt.MID_PROGRAMS_CONFIG}
-    tables |= {lt.WIDE_GROUP_CONFIG, lt.WIDE_GROUP_MANY_CONFIG}
+    tables |= {lt.WIDE_GROUP_CONFIG, lt.WIDE_GROUP_MANY_CONFIG, lt.K3D_BALANCED_HEAD256_CONFIG}
     assert {tuple(c) for c in tables} <= seen
 
 
 def test_recorded_launches_cover_every_kernel_variant(check):
-    fused, single, chunked, compact = set(), set(), set(), set()
-    for case in list(check.cases(False))[:6]:
+    fused, single, chunked, compact, balanced = set(), set(), set(), set(), set()
+    for case in list(check.cases(False))[:12]:
         launches = check.record_launches(case)
         part_kwargs = launches[0][2]
         if part_kwargs["COMPACT"]:
             compact.add(case[5])
+        if part_kwargs["BALANCED"]:
+            balanced.add(case[5])
         if part_kwargs["FUSED"]:  # one launch: the last chunk merges
             assert [name for name, _, _ in launches] == ["partition"]
             fused.add(case[5])
@@ -74,3 +80,9 @@ def test_recorded_launches_cover_every_kernel_variant(check):
     # The matrix reaches the fused merge, both reduce variants, and both grids.
     assert fused and single and chunked
     assert compact and compact != set(check.LENS)
+    # Balanced items, for one sequence (no lengths' vector) and for a batch.
+    for case in check.cases(False):
+        if case[6] == "k3d-many" and case[0] <= 128 and case[4] == (8, 2):
+            if check.record_launches(case)[0][2]["BALANCED"]:
+                balanced.add(case[5])
+    assert {(5000,), check.LENS[2]} <= balanced

@@ -1098,3 +1098,73 @@ def test_small_chunks_use_our_scratch_not_vllms_buffers(tf, monkeypatch, chunk):
     assert tf._plan_key(c, config, True) != tf._plan_key(
         dataclasses.replace(c, max_seq_len=700 + chunk), config, True
     )  # another chunk count: another grid
+
+
+def test_balanced_budget_rule(monkeypatch):
+    """Full items per (kv head, group chunk): one wave of the config's programs for one
+    sequence, two for a batch of up to BALANCED_MAX_SEQS; 0 (the chunk rule) where the
+    config's residency was not measured, a chunk is explicit or the SM count unknown."""
+    lt = launch_tables
+    many = lt.K3D_MANY_PROGRAMS_CONFIG
+    assert lt.balanced_budget(many, 16, 128, 132, 8, 1) == 132
+    assert lt.balanced_budget(many, 16, 128, 132, 4, 1) == 264
+    assert lt.balanced_budget(many, 16, 128, 132, 8, 16) == 264
+    assert lt.balanced_budget(many, 16, 128, 132, 8, lt.BALANCED_MAX_SEQS + 1) == 0
+    assert lt.balanced_budget(many._replace(chunk=256), 16, 128, 132, 8, 1) == 0
+    assert lt.balanced_budget(many, 16, 128, 0, 8, 1) == 0
+    assert lt.balanced_budget(lt.K3D_CONFIGS[128], 16, 128, 132, 8, 1) == 0
+    assert lt.balanced_budget(many, 32, 128, 132, 8, 1) == 0
+    assert lt.balanced_budget(many, 16, 256, 132, 8, 1) == 0
+    assert lt.balanced_budget(many, 16, 128, 2, 64, 1) == 1  # never below one item
+    monkeypatch.setattr(lt, "BALANCED_FORCE_SLOTS", 3)
+    assert lt.balanced_budget(lt.K3D_CONFIGS[256], 16, 256, 132, 2, 1) == 198
+    monkeypatch.setattr(lt, "BALANCED_WAVES", 0)
+    assert lt.balanced_budget(many, 16, 128, 132, 8, 1) == 0
+
+
+@pytest.mark.parametrize("lens", [(700, 3, 1100), (5000,)])
+def test_balanced_plan_grid_and_item_buffers(tf, monkeypatch, lens):
+    """A balanced plan: budget + sequences items per kv head in the grid; partials in our
+    buffer, one slot per item shared by every sequence (stride 0), which the reduce kernel
+    reads with the same budget; one sequence needs no lengths' vector."""
+    part, red = _fake_kernels(tf, monkeypatch)
+    monkeypatch.setattr(tf, "COMPACT_MAX_SEQS", 256)
+    monkeypatch.setattr(tf, "sm_count", lambda device: 4)
+    c = _decode_call(lens=lens)
+    tf._launch(c, launch_tables.K3D_MANY_PROGRAMS_CONFIG, True)
+    (plan,) = tf._plans.values()
+    n = len(lens)
+    budget = 8 * 4 * (1 if n == 1 else 2) // 2
+    assert plan.budget == budget
+    grid, args, kwargs = part.launches[-1]
+    assert grid == (2 * (budget + n), 1, 1)
+    assert kwargs["BALANCED"] is True and kwargs["COMPACT"] is False
+    assert kwargs["NS_PAD"] == (1 if n == 1 else 4)
+    assert kwargs["PART"] == launch_tables.BALANCED_MIN_CHUNK and kwargs["ALIGN"] == 32
+    es, ml, tmp = args[:3]
+    assert tmp.shape == (n, 8, budget + n, 128) and es.shape == ml.shape == (n, 8, budget + n)
+    assert n == 1 or tmp.stride()[0] == es.stride()[0] == ml.stride()[0] == 0
+    assert all(t is not b for t, b in zip((es, ml, tmp), (c.exp_sums, c.max_logits, c.tmp_out)))
+    _, rargs, rkwargs = red.launches[-1]
+    assert rargs[1:4] == (es, ml, tmp) and rargs[5:7] == (n, budget)
+    assert rkwargs["BALANCED"] is True and rkwargs["NS_PAD"] == kwargs["NS_PAD"]
+
+
+def test_balanced_config_and_slots_at_head_256():
+    """Head 256: one sequence of a 16-row group takes the two-warp config, which balances
+    at 4 programs per SM; batches, wider groups and other heads keep the table's config."""
+    lt = launch_tables
+    table = lt.K3D_CONFIGS[256]
+    two = lt.K3D_BALANCED_HEAD256_CONFIG
+    assert lt.balanced_config(table, 16, 256, 1) == two
+    assert lt.balanced_config(table, 16, 256, 2) == table
+    assert lt.balanced_config(table, 32, 256, 1) == table
+    assert lt.balanced_config(lt.K3D_CONFIGS[128], 16, 128, 1) == lt.K3D_CONFIGS[128]
+    assert lt.balanced_slots(two, 16, 256) == 4 and lt.balanced_slots(table, 16, 256) == 0
+    assert lt.balanced_slots(two, 32, 256) == 0
+    assert lt.balanced_budget(two, 16, 256, 132, 2, 1) == 264
+    lt.set_config_override(table)
+    try:
+        assert lt.balanced_config(table, 16, 256, 1) == table  # a forced config stays
+    finally:
+        lt.set_config_override(None)

@@ -263,6 +263,7 @@ def test_compiled_launcher_fast_path(monkeypatch, fresh_plans, fused):
         pytest.skip("the compiled-launcher fast path needs Triton >= 3")
     monkeypatch.setitem(ti._fast, "enabled", True)
     monkeypatch.setattr(ti, "FUSE_MAX_CHUNKS", 64 if fused else 0)
+    monkeypatch.setattr(launch_tables, "BALANCED_WAVES", 0)  # balanced plans never fuse
     a = make_inputs([3000, 17, 512], 32, 8, 128, 16, torch.bfloat16, "cuda", seed=31)
     c = call_mod.build((), dict(a))
     ti.run(c)
@@ -410,16 +411,24 @@ def test_k3d_many_programs_tier(monkeypatch, fresh_plans):
 
 
 def test_triton_100k_takes_the_table_default(fresh_plans):
-    """One 100K sequence at 32/8/128 (1568 programs at 512 tokens each): the chunk rule for
-    this GPU's SM count, then the tables' config for the programs that makes."""
+    """One 100K sequence at 32/8/128 (1568 programs at 512 tokens each): the tables'
+    config for that many programs, balanced items where the config's residency is known
+    (one wave of it on this GPU), else the chunk rule for this GPU's SM count."""
     ti = _triton_impl()
     a = make_inputs([100_000], 32, 8, 128, 16, torch.bfloat16, "cuda", seed=22)
     _run_and_check(a, torch.bfloat16)
     expected = launch_tables.pick_config(1568, 128, 16, ti.k3d_enabled())
-    chunk = launch_tables.pick_chunk(1568, ti.sm_count(a["query"].device), expected, 16, 128)
+    sms = ti.sm_count(a["query"].device)
     assert _picked(fresh_plans) == {expected}
     (plan,) = fresh_plans.values()
-    assert plan.partition.constexprs["PART"] == chunk
+    budget = launch_tables.balanced_budget(expected, 16, 128, sms, 8, 1)
+    assert plan.budget == budget
+    if budget:
+        assert plan.partition.constexprs["BALANCED"] is True
+        assert plan.partition.grid == (8 * (budget + 1), 1, 1)
+    else:
+        chunk = launch_tables.pick_chunk(1568, sms, expected, 16, 128)
+        assert plan.partition.constexprs["PART"] == chunk
 
 
 @pytest.mark.parametrize(
@@ -506,6 +515,7 @@ def test_triton_compact_grid_ragged(monkeypatch, fresh_plans, fused):
     kernel or the fused merge; junk in the table past every sequence's end."""
     ti = _triton_impl()
     monkeypatch.setattr(ti, "FUSE_MAX_CHUNKS", 10**6 if fused else 0)
+    monkeypatch.setattr(launch_tables, "BALANCED_WAVES", 0)
     a = make_inputs(RAGGED[:12], 16, 4, 128, 16, torch.bfloat16, "cuda", seed=53)
     for s, n in enumerate(a["seq_lens"].tolist()):
         a["block_tables"][s, -(-n // 16) :] = -1
@@ -522,6 +532,7 @@ def test_fused_merge_counters_reset_across_shapes_and_graphs(monkeypatch, fresh_
     short shapes, eager and replayed from a graph, are each correct."""
     ti = _triton_impl()
     monkeypatch.setattr(ti, "FUSE_MAX_CHUNKS", 64)
+    monkeypatch.setattr(launch_tables, "BALANCED_WAVES", 0)
     shapes = [[1024], [3, 1500, 700], [4096, 1], [2049]]
     inputs = [
         make_inputs(s, 32, 8, 128, 16, torch.bfloat16, "cuda", seed=60 + i)
@@ -590,3 +601,65 @@ def test_empty_sequence_inside_a_batch(monkeypatch, fresh_plans, fused):
     keep = [0, 2, 3]
     ref = reference_of(a, keep, lens)
     assert rel_err(a["out"][keep], ref) < tolerance(torch.bfloat16)
+
+
+@pytest.mark.parametrize(
+    "lens,heads,head_size,dtype",
+    [
+        ([100_000], (32, 8), 128, torch.bfloat16),
+        (RAGGED, (32, 8), 128, torch.bfloat16),
+        ([100_000], (16, 2), 256, torch.bfloat16),
+        ([30_000], (16, 2), 256, torch.float16),
+    ],
+    ids=["one", "ragged", "head256", "head256-fp16"],
+)
+def test_balanced_items(fresh_plans, lens, heads, head_size, dtype):
+    """Balanced items (length from the lengths' total, on the device): junk in the table
+    past every sequence's end, every output row against the float64 reference; head 256
+    with one sequence takes its two-warp config."""
+    ti = _triton_impl()
+    a = make_inputs(lens, *heads, head_size, 16, dtype, "cuda", seed=71)
+    for s, n in enumerate(a["seq_lens"].tolist()):
+        a["block_tables"][s, -(-n // 16) :] = -1
+    for _ in range(2):
+        a["out"].fill_(float("nan"))
+        _run_and_check(a, dtype)
+    (plan,) = fresh_plans.values()
+    if not ti.k3d_enabled():
+        pytest.skip("balanced items follow the k3d config's residency (Triton >= 3)")
+    assert plan.partition.constexprs["BALANCED"] is True
+    if head_size == 256:
+        assert plan.config == launch_tables.K3D_BALANCED_HEAD256_CONFIG
+
+
+@pytest.mark.parametrize("lens", [[40_000], [9000, 3, 20_000, 517]], ids=["one", "batch"])
+def test_balanced_items_follow_new_lengths_in_a_graph(fresh_plans, lens):
+    """A CUDA graph captured at some lengths and replayed at others (vLLM's decode step):
+    the item length is recomputed on the device at every replay, so shorter and longer
+    sequences (up to the captured maximum) are each correct."""
+    ti = _triton_impl()
+    a = make_inputs(lens, 32, 8, 128, 16, torch.bfloat16, "cuda", seed=72)
+    args = _positional(a)
+    dispatch.paged_attention_v2(*args)  # warm-up: compile outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        dispatch.paged_attention_v2(*args)
+    gen = torch.Generator().manual_seed(5)
+    for step in range(4):
+        new = [int(torch.randint(0, n + 1, (1,), generator=gen)) for n in lens]
+        if step == 0:
+            new = list(lens)
+        a["seq_lens"].copy_(torch.tensor(new, dtype=torch.int32))
+        a["out"].fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        keep = [i for i, n in enumerate(new) if n > 0]
+        if keep:
+            ref = reference_of(a, keep, new)
+            assert rel_err(a["out"][keep], ref) < tolerance(torch.bfloat16)
+        for i, n in enumerate(new):
+            if n == 0:
+                assert torch.equal(a["out"][i], torch.zeros_like(a["out"][i]))
+    if ti.k3d_enabled():
+        assert all(p.partition.constexprs["BALANCED"] for p in fresh_plans.values())
