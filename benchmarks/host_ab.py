@@ -1,0 +1,77 @@
+"""Host cost of the entry point, this tree's kernels against an older copy, in one process.
+
+Separate processes of the same code have measured 2x apart (docs/kernel-notes.md, v26),
+so an old/new comparison runs both in one process, rounds interleaved, medians reported.
+The older kernels are any importable copy of the ``kernels`` package, e.g.:
+
+    git archive 7b95d5e kernels | tar -x -C /some/dir && mv /some/dir/kernels /some/dir/oldk
+    PYTHONPATH=/some/dir python benchmarks/host_ab.py --old oldk --json host_ab.json
+
+Each round: 1000 back-to-back eager calls of ``dispatch.paged_attention_v2(*vLLM's 17
+positional arguments)`` after 50 warm-up calls, wall time to the last enqueue / 1000.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+from bench_paged_attention import make, positional
+
+from vllm_codemod.kernels import dispatch as new_dispatch
+
+
+def per_call_us(fn, calls: int) -> float:
+    for _ in range(50):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    return (t1 - t0) * 1e6 / calls
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--old", required=True, help="importable package name of the old kernels")
+    ap.add_argument("--lens", default="1024,2048,4096,100000")
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--calls", type=int, default=1000)
+    ap.add_argument("--json", default=None)
+    opts = ap.parse_args()
+    old_dispatch = importlib.import_module(opts.old + ".dispatch")
+    rows = []
+    for n in (int(x) for x in opts.lens.split(",")):
+        a = make([n], 32, 8, 128)
+        args = positional(a)
+        fns = {
+            "old": lambda args=args: old_dispatch.paged_attention_v2(*args),
+            "new": lambda args=args: new_dispatch.paged_attention_v2(*args),
+        }
+        runs = {k: [] for k in fns}
+        for _ in range(opts.rounds):
+            for k, fn in fns.items():
+                runs[k].append(per_call_us(fn, opts.calls))
+        row = {"tokens": n, "runs": runs}
+        row.update({k: statistics.median(v) for k, v in runs.items()})
+        rows.append(row)
+        lo = min(min(v) for v in runs.values())
+        hi = max(max(v) for v in runs.values())
+        print(
+            f"1 x {n:>6} tokens, 32/8/128: old {row['old']:6.1f} us  new {row['new']:6.1f} us "
+            f"(medians of {opts.rounds} x {opts.calls}; rounds {lo:.1f}-{hi:.1f})",
+            flush=True,
+        )
+    if opts.json:
+        Path(opts.json).write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
