@@ -235,6 +235,30 @@ def test_run_config_flags_in_a_list(tmp_path):
     }
 
 
+def test_values_from_the_run_config_are_named_as_the_run_config_spells_them(tmp_path):
+    # Before: "--max-model-len 8: must be at least 16 tokens" and "cannot be split over
+    # --tensor-parallel 2", options the user never passed.
+    run = tmp_path / "run.yaml"
+    run.write_text("engine:\n  max-model-len: 8\n")
+    with pytest.raises(CodemodError) as error:
+        resolve(None, run, ["32/8/128"], None, None, None, None)
+    assert str(error.value) == f"{run}:2:3: max-model-len 8: must be at least 16 tokens"
+    run.write_text(f"model: {CONFIGS / 'falcon-7b.json'}\ntensor_parallel_size: 2\n")
+    with pytest.raises(CodemodError) as error:
+        resolve(None, run, (), None, None, None, None)
+    assert f"71 attention heads cannot be split over tensor-parallel-size 2 ({run}:2:1)" in str(
+        error.value
+    )
+    # an option given on the command line is still named as the option
+    with pytest.raises(CodemodError, match="71 attention heads cannot be split over --tensor-pa"):
+        resolve(None, run, (), 2, None, None, None)
+    model = tmp_path / "config.json"
+    model.write_text('{"num_attention_heads": 32, "hidden_size": 4096, "n_positions": 8}')
+    with pytest.raises(CodemodError) as error:
+        resolve(model, None, (), None, None, None, None)
+    assert str(error.value) == f"{model}: the model's maximum context 8: must be at least 16 tokens"
+
+
 def test_run_config_errors_name_the_place(tmp_path):
     run = tmp_path / "run.yaml"
     run.write_text("a: 1\nmax-num-seqs: lots\n")

@@ -291,8 +291,19 @@ def _config_path(path: Path) -> Path:
     return path
 
 
-def read_model_config(path: Path, tensor_parallel: int = 1) -> Tuple[Shape, Optional[int]]:
-    """The per-GPU attention shape of a model and its maximum context (None if unstated)."""
+def read_model_config(
+    path: Path, tensor_parallel: int = 1, tensor_parallel_from: str = ""
+) -> Tuple[Shape, Optional[int]]:
+    """The per-GPU attention shape of a model and its maximum context (None if unstated).
+
+    ``tensor_parallel_from`` is the run config's ``path:line:col`` when the TP size came
+    from there, so that a message names it there rather than as ``--tensor-parallel``.
+    """
+    tp_label = (
+        f"tensor-parallel-size {tensor_parallel} ({tensor_parallel_from})"
+        if tensor_parallel_from
+        else f"--tensor-parallel {tensor_parallel}"
+    )
     path = _config_path(path)
     config, text = _read_json(path)
     source = _Source(path, text)
@@ -323,18 +334,18 @@ def read_model_config(path: Path, tensor_parallel: int = 1) -> Tuple[Shape, Opti
     else:
         size_key, head_size = found_size
     if tensor_parallel < 1:
-        raise UserError(f"--tensor-parallel {tensor_parallel}: must be at least 1")
+        raise UserError(f"{tp_label}: must be at least 1")
     if heads % tensor_parallel:
         raise UserError(
-            f"{path}: {heads} attention heads cannot be split over --tensor-parallel "
-            f"{tensor_parallel}; vLLM needs heads divisible by the TP size"
+            f"{path}: {heads} attention heads cannot be split over {tp_label}; vLLM needs "
+            "heads divisible by the TP size"
         )
     if (kv_heads >= tensor_parallel and kv_heads % tensor_parallel) or (
         kv_heads < tensor_parallel and tensor_parallel % kv_heads
     ):
         raise UserError(
-            f"{path}: {kv_heads} kv heads cannot be split over --tensor-parallel "
-            f"{tensor_parallel}; vLLM needs one to divide the other"
+            f"{path}: {kv_heads} kv heads cannot be split over {tp_label}; vLLM needs one "
+            "to divide the other"
         )
     shape = Shape(
         heads // tensor_parallel,
@@ -363,26 +374,36 @@ def resolve(
     max_num_seqs: Optional[int],
     dtype: Optional[str],
 ) -> Deployment:
-    """Combine the sources: explicit options win over the run config, which names the model."""
-    from_run: Dict[str, Any] = {}
-    if run_config is not None:
-        from .deployment import read_run_config
+    """Combine the sources: explicit options win over the run config, which names the model.
 
-        from_run = read_run_config(run_config)
+    A message about a value names where it came from: the option, or the run config's
+    key and place.
+    """
+    from_run: Dict[str, Any] = {}
+    run_places: Dict[str, str] = {}
+    if run_config is not None:
+        from .deployment import read_run_config_places
+
+        from_run, run_places = read_run_config_places(run_config)
         if model_config is None and from_run.get("model") is not None:
             model_config = from_run["model"]
     tp = tensor_parallel or from_run.get("tensor_parallel") or 1
+    tp_from = "" if tensor_parallel else run_places.get("tensor_parallel", "")
     length = max_model_len or from_run.get("max_model_len")
+    length_name = "--max-model-len"
+    if not max_model_len and "max_model_len" in from_run:
+        length_name = f"{run_places['max_model_len']}: max-model-len"
     seqs = max_num_seqs or from_run.get("max_num_seqs") or DEFAULT_MAX_NUM_SEQS
     chosen_dtype = normalize_dtype(dtype, "--dtype") if dtype else None
     found: List[Shape] = []
     source = "built-in shapes"
     if model_config is not None:
-        shape, model_len = read_model_config(Path(model_config), tp)
+        shape, model_len = read_model_config(Path(model_config), tp, tp_from)
         if chosen_dtype:
             shape = replace(shape, dtype=chosen_dtype)
         found.append(shape)
-        length = length or model_len
+        if not length and model_len:
+            length, length_name = model_len, f"{model_config}: the model's maximum context"
         source = str(model_config)
     for text in shapes:
         found.append(parse_shape(text, chosen_dtype or "bfloat16"))
@@ -395,7 +416,7 @@ def resolve(
             unique.append(shape)
     length = length or DEFAULT_MAX_MODEL_LEN
     if length < 16:
-        raise UserError(f"--max-model-len {length}: must be at least 16 tokens")
+        raise UserError(f"{length_name} {length}: must be at least 16 tokens")
     if seqs < 1:
         raise UserError(f"--max-num-seqs {seqs}: must be at least 1")
     return Deployment(unique, int(length), int(seqs), source)
