@@ -98,7 +98,7 @@ def _assert_excerpt_agrees(transform: Transform, before: str, full: Plan, contex
     excerpt = make_excerpt(before, transform.anchors) if transform.anchors else None
     if excerpt is None:
         return
-    small = cst.parse_module(excerpt.text)
+    small = excerpt.parse()
     part = transform.plan(small, make_context(transform, **context))
     assert (part.status, part.reason) == (full.status, full.reason)
     spliced = excerpt.splice(small, part.module) if part.module is not None else None

@@ -76,6 +76,33 @@ def test_full_cycle_on_a_fork_tree(fork):
     assert "nothing to revert" in run("revert", "--site-packages", str(fork)).output
 
 
+def test_a_one_line_stub_keeps_its_docstring_and_reverts_byte_exactly(fork):
+    ops = fork / "vllm" / "_custom_ops.py"
+    text = ops.read_text()
+    body = (
+        "    # ixuca: the V2 (split-KV) paged attention kernel is not built for BI-V100.\n"
+        '    logger.warning("paged_attention_v2 is not supported on BI-V100, "\n'
+        '                   "use paged_attention_v1 instead")\n'
+        "    raise NotImplementedError()\n"
+    )
+    assert text.count(") -> None:\n" + body) == 1
+    text = text.replace(
+        ") -> None:\n" + body, ') -> None: "No V2 kernel on BI-V100."; raise NotImplementedError\n'
+    )
+    ops.write_text(text)
+    pristine = snapshot(fork)
+
+    assert run("apply", "--site-packages", str(fork)).exit_code == 0
+    patched = ops.read_text()
+    kept = ') -> None:\n    "No V2 kernel on BI-V100."\n    # vllm-codemod: paged-attention-v2:'
+    assert kept in patched
+    assert "nothing to do" in run("apply", "--site-packages", str(fork)).output
+    assert ops.read_text() == patched
+
+    assert run("revert", "--site-packages", str(fork)).exit_code == 0
+    assert snapshot(fork) == pristine
+
+
 @pytest.mark.skipif(shutil.which("patch") is None, reason="needs patch(1)")
 def test_diff_is_exactly_what_apply_writes(fork, tmp_path):
     """`patch -p1` of the diff on one copy gives the bytes `apply` writes on another."""

@@ -51,3 +51,27 @@ def test_check_loads_no_matchers_torch_or_ruamel(tmp_path):
     assert result["code"] == 1, proc.stdout + proc.stderr
     assert result["libcst"] is True
     assert result["loaded"] == [], proc.stdout
+
+
+_HELP_SCRIPT = """\
+import json, sys
+from vllm_codemod.cli import cli
+try:
+    cli(json.loads(sys.argv[1]))
+except SystemExit as e:
+    code = e.code
+print(json.dumps({"code": code, "torch": sorted(
+    name for name in sys.modules if name == "torch" or name.startswith("torch.")
+)}))
+"""
+
+
+def test_help_of_the_cli_and_of_tune_imports_no_torch():
+    # tune's measuring modules import torch at their top: only a tune run may load them.
+    for args in (["--help"], ["tune", "--help"]):
+        proc = subprocess.run(
+            [sys.executable, "-c", _HELP_SCRIPT, json.dumps(args)], capture_output=True, text=True
+        )
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        result = json.loads(proc.stdout.splitlines()[-1])
+        assert result == {"code": 0, "torch": []}, (args, proc.stdout)

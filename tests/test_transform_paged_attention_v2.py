@@ -201,6 +201,31 @@ def test_one_line_stub():
     )
 
 
+@pytest.mark.parametrize(
+    "stub",
+    [
+        'def paged_attention_v2(out, query): "Not on BI-V100."; raise NotImplementedError\n',
+        'def paged_attention_v2(out, query):\n    "Not on BI-V100."; raise NotImplementedError\n',
+    ],
+    ids=["one-line-def", "one-line-body"],
+)
+def test_a_docstring_sharing_its_line_with_the_raise_is_kept(stub):
+    assert_codemod(
+        T,
+        stub,
+        f"""\
+        def paged_attention_v2(out, query):
+            "Not on BI-V100."
+            {MARKER}
+            {IMPORT}
+            _codemod_paged_attention_v2(
+                out=out,
+                query=query,
+            )
+        """,
+    )
+
+
 def test_keyword_only_parameters_are_forwarded():
     code = "def paged_attention_v2(out, *, query, scale=1.0):\n    raise NotImplementedError\n"
     new = assert_codemod(T, code, plan(code).module.code).module.code

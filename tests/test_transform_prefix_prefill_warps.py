@@ -191,12 +191,6 @@ def test_retune_replaces_the_marker():
     assert run_codemod(T, four, num_warps=8).module.code == eight
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known bug outside the transform: vllm_codemod.excerpt cuts a top-level "
-    "statement without the comment lines above it, so on the planner's path the old "
-    "marker of a module-level NUM_WARPS is invisible and a retune adds a second one",
-)
 def test_retune_replaces_the_marker_on_the_planners_path():
     four = retuned(V066, "NUM_WARPS = 8")
     eight = four.replace("was `8`; 4 warps", "was `4`; 8 warps").replace(

@@ -80,6 +80,45 @@ def test_bad_field_names_its_position(tmp_path):
 
 
 @pytest.mark.parametrize(
+    "text, message",
+    [
+        # multimodal: the vision tower's keys come first; the error is the language model's
+        (
+            '{"vision_config": {"num_attention_heads": 16},\n'
+            ' "text_config": {"num_attention_heads": "many", "hidden_size": 4096}}\n',
+            "2:18: num_attention_heads = 'many'",
+        ),
+        # json.loads keeps the last of repeated keys: so does the position
+        (
+            '{"num_attention_heads": 32,\n "num_attention_heads": 0}\n',
+            "2:2: num_attention_heads = 0",
+        ),
+        # the width named by the key the config uses, at that key
+        ('{"n_head": 12,\n "n_embd": 770}\n', "2:2: n_embd 770 is not a multiple of 12 heads"),
+        # a bad head size points at the key that gave it, not at the heads
+        ('{"num_attention_heads": 32,\n "head_dim": 100}\n', "2:2: head size 100"),
+        ('{"n_head": 32,\n "d_model": 3200}\n', "2:2: head size 100"),
+        # heads read from n_head: the message still has a position
+        ('{"n_head": 30,\n "n_head_kv": 8, "hidden_size": 3840}\n', "1:2: 30 heads are not"),
+        # the top-level value is not at 1:1 when the file starts with blank lines
+        ("\n\n  [1, 2]\n", "3:3: expected a JSON object"),
+    ],
+)
+def test_config_errors_point_at_the_key_they_name(tmp_path, text, message):
+    (tmp_path / "config.json").write_text(text)
+    with pytest.raises(CodemodError) as error:
+        read_model_config(tmp_path)
+    assert str(error.value).startswith(f"{tmp_path / 'config.json'}:{message}"), str(error.value)
+
+
+def test_a_byte_that_is_not_utf8_is_counted_from_the_start_of_the_file(tmp_path):
+    config = tmp_path / "config.json"
+    config.write_bytes(b'\xef\xbb\xbf{"model_type": "\xff"}')  # BOM, then byte 19 is bad
+    with pytest.raises(CodemodError, match=r"not UTF-8 \(byte 19\)"):
+        read_model_config(config)
+
+
+@pytest.mark.parametrize(
     "text, match",
     [
         ('{"hidden_size": 4096}', "no num_attention_heads"),
@@ -194,6 +233,30 @@ def test_run_config_flags_in_a_list(tmp_path):
         "tensor_parallel": 2,
         "max_model_len": 16384,
     }
+
+
+def test_values_from_the_run_config_are_named_as_the_run_config_spells_them(tmp_path):
+    # Before: "--max-model-len 8: must be at least 16 tokens" and "cannot be split over
+    # --tensor-parallel 2", options the user never passed.
+    run = tmp_path / "run.yaml"
+    run.write_text("engine:\n  max-model-len: 8\n")
+    with pytest.raises(CodemodError) as error:
+        resolve(None, run, ["32/8/128"], None, None, None, None)
+    assert str(error.value) == f"{run}:2:3: max-model-len 8: must be at least 16 tokens"
+    run.write_text(f"model: {CONFIGS / 'falcon-7b.json'}\ntensor_parallel_size: 2\n")
+    with pytest.raises(CodemodError) as error:
+        resolve(None, run, (), None, None, None, None)
+    assert f"71 attention heads cannot be split over tensor-parallel-size 2 ({run}:2:1)" in str(
+        error.value
+    )
+    # an option given on the command line is still named as the option
+    with pytest.raises(CodemodError, match="71 attention heads cannot be split over --tensor-pa"):
+        resolve(None, run, (), 2, None, None, None)
+    model = tmp_path / "config.json"
+    model.write_text('{"num_attention_heads": 32, "hidden_size": 4096, "n_positions": 8}')
+    with pytest.raises(CodemodError) as error:
+        resolve(model, None, (), None, None, None, None)
+    assert str(error.value) == f"{model}: the model's maximum context 8: must be at least 16 tokens"
 
 
 def test_run_config_errors_name_the_place(tmp_path):

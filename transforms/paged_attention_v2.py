@@ -192,8 +192,28 @@ def _is_kernel_callee(node: cst.CSTNode) -> bool:
 def _split_docstring(
     stmts: List[cst.BaseStatement],
 ) -> Tuple[Optional[cst.BaseStatement], List[cst.BaseStatement]]:
-    if stmts and is_docstring(stmts[0]):
-        return stmts[0], stmts[1:]
+    """The docstring line (or None) and the statements after it.
+
+    A docstring may share its line with the rest of a stub (``def f(): "doc"; raise
+    NotImplementedError``): it is split off into a line of its own, so that the new
+    body keeps it exactly as it keeps the docstring of a multi-line stub.
+    """
+    if not stmts:
+        return None, stmts
+    first = stmts[0]
+    if is_docstring(first):
+        return first, stmts[1:]
+    smalls = small_statements(first)
+    if smalls and len(smalls) > 1 and is_docstring(cst.SimpleStatementLine(body=smalls[:1])):
+        assert isinstance(first, cst.SimpleStatementLine)
+        docstring = first.with_changes(
+            body=[smalls[0].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)],
+            trailing_whitespace=cst.TrailingWhitespace(),
+        )
+        rest = cst.SimpleStatementLine(
+            body=smalls[1:], trailing_whitespace=first.trailing_whitespace
+        )
+        return docstring, [rest, *stmts[1:]]
     return None, stmts
 
 

@@ -6,6 +6,11 @@ stdlib's C parser finds the top-level statements that define a transform's ancho
 names in a few milliseconds; libcst then sees just those statements, and everything
 between them is carried over as untouched text, which also makes "never touch what
 you did not match" hold by construction.
+
+A chosen statement travels with the comment and blank lines right above it, the lines
+libcst makes its ``leading_lines`` in the whole file: that is where the transforms'
+markers live, so a transform sees (and replaces) its old marker on this path exactly as
+on a whole-file parse.
 """
 
 from __future__ import annotations
@@ -29,6 +34,20 @@ class Excerpt:
         if parts and not parts[-1].endswith(("\n", "\r")):
             parts[-1] += "\n"
         return "".join(parts)
+
+    def parse(self) -> cst.Module:
+        """``text`` parsed by libcst, each statement owning its leading lines.
+
+        libcst gives the comment lines at the top of a module to ``Module.header``; here
+        they are the leading lines of the first chosen statement (the file's own header
+        is never part of an excerpt), so they move back onto it.
+        """
+        module = cst.parse_module(self.text)
+        if not module.header or not module.body:
+            return module
+        first = module.body[0]
+        first = first.with_changes(leading_lines=(*module.header, *first.leading_lines))
+        return module.with_changes(header=(), body=(first, *module.body[1:]))
 
     def splice(self, original: cst.Module, changed: cst.Module) -> Optional[str]:
         """The whole file with each chosen statement replaced by its new code.
@@ -72,11 +91,32 @@ def _first_line(node: ast.stmt) -> int:
     return min([node.lineno, *(d.lineno for d in decorators)])
 
 
-def make_excerpt(source: str, anchors: Iterable[str]) -> Optional[Excerpt]:
-    """The top-level statements that define any of ``anchors`` (at any depth inside).
+def _leading_start(lines: List[str], start: int, floor: int) -> int:
+    """Where the comment and blank lines right above line ``start`` begin (not above ``floor``).
 
-    None when the file is not plain enough to cut safely (a syntax error, which the
-    full libcst parse will then report precisely) or when nothing matches.
+    Only lines libcst surely gives to the statement are taken: blank lines and comments
+    in column 0.  A line with leading whitespace stops the walk, since it may belong to
+    the footer of the indented block above (libcst gives a block the lines up to its last
+    indented one); what is left out stays untouched text, as before.
+    """
+    while start > floor:
+        line = lines[start - 1]
+        if line.strip() and not line.startswith("#"):
+            break
+        if line.strip() == "" and line not in ("\n", "\r\n", "\r"):
+            break  # whitespace-only: libcst counts it as indented
+        start -= 1
+    return start
+
+
+def make_excerpt(source: str, anchors: Iterable[str]) -> Optional[Excerpt]:
+    """The top-level statements that define any of ``anchors`` (at any depth inside),
+    each with the comment and blank lines above it (see :func:`_leading_start`).
+
+    The file's first statement comes without them: libcst gives those lines to the
+    module's header, which a splice cannot carry.  None when the file is not plain
+    enough to cut safely (a syntax error, which the full libcst parse will then report
+    precisely) or when nothing matches.
     """
     wanted = set(anchors)
     try:
@@ -98,7 +138,11 @@ def make_excerpt(source: str, anchors: Iterable[str]) -> Optional[Excerpt]:
             groups.append((prev_start, max(prev_end, end), prev_chosen or chosen))
         else:
             groups.append((start, end, chosen))
-    spans = [(start, end) for start, end, chosen in groups if chosen]
+    spans = [
+        (_leading_start(lines, start, groups[index - 1][1]) if index else start, end)
+        for index, (start, end, chosen) in enumerate(groups)
+        if chosen
+    ]
     if not spans:
         return None
     return Excerpt(lines, spans)

@@ -137,7 +137,7 @@ def _plan_text(
     excerpt = make_excerpt(text, anchors) if anchors else None
     if excerpt is not None:
         try:
-            module = cst.parse_module(excerpt.text)
+            module = excerpt.parse()
         except cst.ParserSyntaxError:
             module = None
         if module is not None:

@@ -13,10 +13,10 @@ from typing import Any, Dict, List, Sequence
 
 import torch
 
+from ..kernels.signature import PARTITION_SIZE
+from .kv_layout import BLOCK_SIZE, block_tables, kv_cache_sizes
 from .shapes import Shape
 
-BLOCK_SIZE = 16
-PARTITION_SIZE = 512
 #: Check-case lengths: three partitions, the last partial, and a sequence shorter than a block.
 CHECK_SEQ_LENS = (1300, 7)
 
@@ -48,17 +48,9 @@ def make_decode_case(
     dtype = torch_dtype(shape.dtype)
     gen = torch.Generator(device="cpu").manual_seed(seed)
     num_seqs = len(seq_lens)
-    x = 16 // torch.tensor([], dtype=dtype).element_size()
-    per_seq = [max(1, math.ceil(n / BLOCK_SIZE)) for n in seq_lens]
-    num_blocks = sum(per_seq) + 1
-    width = max(per_seq)
-    perm = torch.randperm(num_blocks, generator=gen)
-    tables = torch.zeros(num_seqs, width, dtype=torch.int32)
-    used = 0
-    for s, nb in enumerate(per_seq):
-        tables[s, :nb] = perm[used : used + nb].to(torch.int32)
-        used += nb
+    tables, num_blocks = block_tables(seq_lens, gen)
     hq, hkv, d = shape.num_heads, shape.num_kv_heads, shape.head_size
+    key_size, value_size = kv_cache_sizes(num_blocks, hkv, d, dtype)
     query = torch.randn(num_seqs, hq, d, generator=gen).to(device=device, dtype=dtype)
     parts = math.ceil(max(seq_lens) / PARTITION_SIZE)
     common: Dict[str, Any] = dict(
@@ -78,8 +70,8 @@ def make_decode_case(
     cases = []
     for _ in range(max(1, copies)):
         # Generated on the device in the final dtype: a 100K-token cache is gigabytes.
-        key = torch.empty(num_blocks, hkv, d // x, BLOCK_SIZE, x, dtype=dtype, device=device)
-        value = torch.empty(num_blocks, hkv, d, BLOCK_SIZE, dtype=dtype, device=device)
+        key = torch.empty(key_size, dtype=dtype, device=device)
+        value = torch.empty(value_size, dtype=dtype, device=device)
         key.normal_(generator=_device_generator(device, gen))
         value.normal_(generator=_device_generator(device, gen))
         cases.append({**common, "key_cache": key, "value_cache": value})

@@ -51,6 +51,12 @@ def read_run_config(path: Path) -> Dict[str, Any]:
     A relative model path is taken relative to the run config's directory when it exists
     there (else as written, relative to the current directory).
     """
+    return read_run_config_places(path)[0]
+
+
+def read_run_config_places(path: Path) -> Tuple[Dict[str, Any], Dict[str, str]]:
+    """:func:`read_run_config`, and where each value is set (``path:line:col``), so that
+    a later check of a value points at the run config, not at an option never passed."""
     text = read_config(path).text  # a regular UTF-8 file (no FIFO, no device), BOM removed
     documents = parse_documents(text, str(path))
     found: Dict[str, Tuple[Any, str]] = {}
@@ -107,4 +113,4 @@ def read_run_config(path: Path) -> Dict[str, Any]:
                 "pass its config.json with --model-config"
             )
         result["model"] = candidate
-    return result
+    return result, {field: where for field, (_, where) in found.items()}

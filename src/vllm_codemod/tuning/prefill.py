@@ -17,7 +17,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from .decode_inputs import BLOCK_SIZE, TOLERANCE, alibi_slopes, relative_error, torch_dtype
+from .decode_inputs import TOLERANCE, alibi_slopes, relative_error, torch_dtype
+from .kv_layout import BLOCK_SIZE, block_tables, kv_cache_sizes
 from .progress import Budget, BudgetExhausted, Progress
 from .shapes import Deployment, Shape
 from .timing import Timer
@@ -51,15 +52,8 @@ def _inputs(shape: Shape, groups: Sequence[Tuple[int, int, int]], device: str, s
     gen = torch.Generator().manual_seed(seed)
     lens = [(ctx, new) for seqs, ctx, new in groups for _ in range(seqs)]
     hq, hkv, d = shape.num_heads, shape.num_kv_heads, shape.head_size
-    x = 16 // torch.tensor([], dtype=dtype).element_size()
-    per_seq = [max(1, math.ceil(ctx / BLOCK_SIZE)) for ctx, _ in lens]
-    num_blocks = sum(per_seq) + 1
-    perm = torch.randperm(num_blocks, generator=gen).to(torch.int32)
-    table = torch.zeros(len(lens), max(per_seq), dtype=torch.int32)
-    used = 0
-    for s, nb in enumerate(per_seq):
-        table[s, :nb] = perm[used : used + nb]
-        used += nb
+    table, num_blocks = block_tables([ctx for ctx, _ in lens], gen)
+    key_size, value_size = kv_cache_sizes(num_blocks, hkv, d, dtype)
     total = sum(new for _, new in lens)
 
     # Random data generated on the device: a 16K-token cache is ~100M elements.
@@ -77,8 +71,8 @@ def _inputs(shape: Shape, groups: Sequence[Tuple[int, int, int]], device: str, s
         "v": rnd(total, hkv, d),
         "o": torch.empty(total, hq, d, dtype=dtype, device=device),
         "kv_cache_dtype": "auto",
-        "k_cache": rnd(num_blocks, hkv, d // x, BLOCK_SIZE, x),
-        "v_cache": rnd(num_blocks, hkv, d, BLOCK_SIZE),
+        "k_cache": rnd(*key_size),
+        "v_cache": rnd(*value_size),
         "b_loc": table.to(device),
         "b_start_loc": torch.tensor(starts, dtype=torch.int32, device=device),
         "b_seq_len": torch.tensor([c + n for c, n in lens], dtype=torch.int32, device=device),

@@ -8,9 +8,12 @@ splits the heads, in the dtype vLLM will serve.  These are read from Hugging Fac
 
 from __future__ import annotations
 
+import codecs
 import json
 import re
 from dataclasses import dataclass, replace
+from functools import lru_cache
+from json.decoder import scanstring
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -94,7 +97,11 @@ def parse_shape(text: str, dtype: str = "bfloat16") -> Shape:
     return Shape(heads, kv_heads, head_size, dtype, bool(match.group(4)))
 
 
-def _check_shape(heads: int, kv_heads: int, head_size: int, where: str) -> None:
+def _check_shape(
+    heads: int, kv_heads: int, head_size: int, where: str, head_size_where: str = ""
+) -> None:
+    """Refuse a shape the kernels cannot run; ``head_size_where`` (default ``where``)
+    is where a config spelled the head size, when that is another key than the heads."""
     if heads <= 0 or kv_heads <= 0 or head_size <= 0:
         raise UserError(f"{where}: heads, kv heads and head size must be positive")
     if heads % kv_heads:
@@ -103,21 +110,80 @@ def _check_shape(heads: int, kv_heads: int, head_size: int, where: str) -> None:
         )
     if head_size > 256 or head_size % 8:
         raise UserError(
-            f"{where}: head size {head_size} is not supported (a multiple of 8, at most 256)"
+            f"{head_size_where or where}: head size {head_size} is not supported (a multiple "
+            "of 8, at most 256)"
         )
 
 
 # --------------------------------------------------------------------------- HF config.json
 
 
-def _locate(text: str, key: str) -> str:
-    """``:line:col`` of the first ``"key"`` in the JSON text, for messages ('' if absent)."""
-    index = text.find(f'"{key}"')
-    if index < 0:
-        return ""
+KeyPath = Tuple[Optional[str], ...]
+
+
+@lru_cache(maxsize=4)
+def _key_offsets(text: str) -> Dict[KeyPath, int]:
+    """Offset of every object key in valid JSON ``text``, by its path of keys.
+
+    ``{"a": {"b": 1}}`` gives ``("a",)`` and ``("a", "b")``; a key inside an array has a
+    None in its path.  A repeated key maps to its last spelling, the one ``json.loads``
+    keeps.  One plain scan per config (cached): a config.json is a few kilobytes.
+    """
+    offsets: Dict[KeyPath, int] = {}
+    path: List[Optional[str]] = []  # per open container: its current key
+    in_object: List[bool] = []
+    expect_key = False
+    index = 0
+    while index < len(text):
+        char = text[index]
+        if char == '"':
+            value, end = scanstring(text, index + 1)
+            if expect_key:
+                path[-1] = value
+                offsets[tuple(path)] = index
+                expect_key = False
+            index = end
+            continue
+        if char in "{[":
+            in_object.append(char == "{")
+            path.append(None)
+            expect_key = char == "{"
+        elif char in "}]":
+            in_object.pop()
+            path.pop()
+            expect_key = False
+        elif char == "," and in_object and in_object[-1]:
+            expect_key = True
+        index += 1
+    return offsets
+
+
+def _line_col(text: str, index: int) -> str:
+    """``:line:col`` (both from 1, as JSON decode errors count) of offset ``index``."""
     line = text.count("\n", 0, index) + 1
     col = index - (text.rfind("\n", 0, index) + 1) + 1
     return f":{line}:{col}"
+
+
+@dataclass(frozen=True)
+class _Source:
+    """Where a config object sits in its file, so that a message names the right key.
+
+    ``prefix`` is the keys leading to the object read: ``("text_config",)`` for a
+    multimodal model's language model, whose keys a vision tower may repeat earlier on.
+    """
+
+    path: Path
+    text: str
+    prefix: Tuple[str, ...] = ()
+
+    def at(self, key: str) -> str:
+        """``path:line:col`` of ``key`` in this object (just the path if it is not there)."""
+        index = _key_offsets(self.text).get((*self.prefix, key))
+        return f"{self.path}" if index is None else f"{self.path}{_line_col(self.text, index)}"
+
+    def inside(self, key: str) -> _Source:
+        return replace(self, prefix=(*self.prefix, key))
 
 
 def _read_json(path: Path) -> Tuple[Dict[str, Any], str]:
@@ -128,7 +194,13 @@ def _read_json(path: Path) -> Tuple[Dict[str, Any], str]:
             f"{path}: no such file; pass a model directory or its config.json"
         ) from None
     except UnicodeDecodeError as exc:
-        raise UserError(f"{path}: not UTF-8 (byte {exc.start})") from None
+        # utf-8-sig counts from after a byte order mark; the user's tools count the file.
+        try:
+            with path.open("rb") as stream:
+                bom = len(codecs.BOM_UTF8) if stream.read(3) == codecs.BOM_UTF8 else 0
+        except OSError:
+            bom = 0
+        raise UserError(f"{path}: not UTF-8 (byte {exc.start + bom})") from None
     except OSError as exc:
         raise UserError(f"{path}: cannot read ({exc.strerror})") from None
     try:
@@ -139,20 +211,26 @@ def _read_json(path: Path) -> Tuple[Dict[str, Any], str]:
             "pass the model's Hugging Face config.json"
         ) from None
     if not isinstance(data, dict):
-        raise UserError(f"{path}:1:1: expected a JSON object (a Hugging Face config.json)")
+        start = len(text) - len(text.lstrip(" \t\r\n"))  # the value, after JSON whitespace
+        raise UserError(
+            f"{path}{_line_col(text, start)}: expected a JSON object (a Hugging Face config.json)"
+        )
     return data, text
 
 
-def _int_field(config: Dict[str, Any], keys: Sequence[str], path: Path, text: str) -> Optional[int]:
+def _int_field(
+    config: Dict[str, Any], keys: Sequence[str], source: _Source
+) -> Optional[Tuple[str, int]]:
+    """The first of ``keys`` set in ``config``, and its value (a positive integer)."""
     for key in keys:
         if key in config and config[key] is not None:
             value = config[key]
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise UserError(
-                    f"{path}{_locate(text, key)}: {key} = {value!r} is not a positive integer; "
+                    f"{source.at(key)}: {key} = {value!r} is not a positive integer; "
                     "fix the model config"
                 )
-            return value
+            return key, value
     return None
 
 
@@ -174,30 +252,30 @@ def _is_alibi(config: Dict[str, Any]) -> bool:
     return False
 
 
-def _kv_heads(config: Dict[str, Any], heads: int, path: Path, text: str) -> int:
+def _kv_heads(config: Dict[str, Any], heads: int, source: _Source) -> int:
     explicit = _int_field(
         config, ("num_key_value_heads", "num_kv_heads", "n_head_kv", "multi_query_group_num"),
-        path, text,
+        source,
     )  # fmt: skip
     if explicit is not None:
-        return explicit
+        return explicit[1]
     attn = config.get("attn_config")
     if isinstance(attn, dict):
-        mpt = _int_field(attn, ("kv_n_heads",), path, text)  # MPT
+        mpt = _int_field(attn, ("kv_n_heads",), source.inside("attn_config"))  # MPT
         if mpt is not None:
-            return mpt
+            return mpt[1]
     if config.get("multi_query") is True:
         return 1  # Falcon-7B style MQA
     return heads
 
 
-def _model_dtype(config: Dict[str, Any], path: Path, text: str) -> str:
+def _model_dtype(config: Dict[str, Any], source: _Source) -> str:
     """The dtype vLLM serves by default ("auto"): the config's, with float32 as float16."""
     raw = config.get("torch_dtype", config.get("dtype"))
     if raw is None:
         return "float16"
     key = "torch_dtype" if "torch_dtype" in config else "dtype"
-    dtype = normalize_dtype(raw, f"{path}{_locate(text, key)}")
+    dtype = normalize_dtype(raw, source.at(key))
     return "float16" if dtype == "float32" else dtype
 
 
@@ -213,59 +291,78 @@ def _config_path(path: Path) -> Path:
     return path
 
 
-def read_model_config(path: Path, tensor_parallel: int = 1) -> Tuple[Shape, Optional[int]]:
-    """The per-GPU attention shape of a model and its maximum context (None if unstated)."""
+def read_model_config(
+    path: Path, tensor_parallel: int = 1, tensor_parallel_from: str = ""
+) -> Tuple[Shape, Optional[int]]:
+    """The per-GPU attention shape of a model and its maximum context (None if unstated).
+
+    ``tensor_parallel_from`` is the run config's ``path:line:col`` when the TP size came
+    from there, so that a message names it there rather than as ``--tensor-parallel``.
+    """
+    tp_label = (
+        f"tensor-parallel-size {tensor_parallel} ({tensor_parallel_from})"
+        if tensor_parallel_from
+        else f"--tensor-parallel {tensor_parallel}"
+    )
     path = _config_path(path)
     config, text = _read_json(path)
+    source = _Source(path, text)
     if isinstance(config.get("text_config"), dict):  # multimodal: the language model's
         config = {**config["text_config"], "architectures": config.get("architectures")}
-    heads = _int_field(
-        config, ("num_attention_heads", "n_head", "n_heads", "num_heads"), path, text
+        source = source.inside("text_config")
+    found_heads = _int_field(
+        config, ("num_attention_heads", "n_head", "n_heads", "num_heads"), source
     )
-    if heads is None:
+    if found_heads is None:
         raise UserError(
             f"{path}: no num_attention_heads (or n_head); is this a Hugging Face config.json?"
         )
-    kv_heads = _kv_heads(config, heads, path, text)
-    head_size = _int_field(config, ("head_dim",), path, text)
-    if head_size is None:
-        hidden = _int_field(config, ("hidden_size", "n_embd", "d_model"), path, text)
+    heads_key, heads = found_heads
+    kv_heads = _kv_heads(config, heads, source)
+    found_size = _int_field(config, ("head_dim",), source)
+    if found_size is None:
+        hidden = _int_field(config, ("hidden_size", "n_embd", "d_model"), source)
         if hidden is None:
             raise UserError(f"{path}: neither head_dim nor hidden_size; cannot tell the head size")
-        if hidden % heads:
+        hidden_key, width = hidden
+        if width % heads:
             raise UserError(
-                f"{path}{_locate(text, 'hidden_size')}: hidden_size {hidden} is not a multiple "
+                f"{source.at(hidden_key)}: {hidden_key} {width} is not a multiple "
                 f"of {heads} heads; pass --shape instead"
             )
-        head_size = hidden // heads
+        size_key, head_size = hidden_key, width // heads
+    else:
+        size_key, head_size = found_size
     if tensor_parallel < 1:
-        raise UserError(f"--tensor-parallel {tensor_parallel}: must be at least 1")
+        raise UserError(f"{tp_label}: must be at least 1")
     if heads % tensor_parallel:
         raise UserError(
-            f"{path}: {heads} attention heads cannot be split over --tensor-parallel "
-            f"{tensor_parallel}; vLLM needs heads divisible by the TP size"
+            f"{path}: {heads} attention heads cannot be split over {tp_label}; vLLM needs "
+            "heads divisible by the TP size"
         )
     if (kv_heads >= tensor_parallel and kv_heads % tensor_parallel) or (
         kv_heads < tensor_parallel and tensor_parallel % kv_heads
     ):
         raise UserError(
-            f"{path}: {kv_heads} kv heads cannot be split over --tensor-parallel "
-            f"{tensor_parallel}; vLLM needs one to divide the other"
+            f"{path}: {kv_heads} kv heads cannot be split over {tp_label}; vLLM needs one "
+            "to divide the other"
         )
-    where = f"{path}{_locate(text, 'num_attention_heads')}"
     shape = Shape(
         heads // tensor_parallel,
         max(1, kv_heads // tensor_parallel),
         head_size,
-        _model_dtype(config, path, text),
+        _model_dtype(config, source),
         _is_alibi(config),
     )
-    _check_shape(shape.num_heads, shape.num_kv_heads, shape.head_size, where)
+    _check_shape(
+        shape.num_heads, shape.num_kv_heads, shape.head_size, source.at(heads_key),
+        source.at(size_key),
+    )  # fmt: skip
     max_len = _int_field(
         config, ("max_position_embeddings", "model_max_length", "seq_length", "n_positions",
-                 "max_sequence_length"), path, text,
+                 "max_sequence_length"), source,
     )  # fmt: skip
-    return shape, max_len
+    return shape, None if max_len is None else max_len[1]
 
 
 def resolve(
@@ -277,26 +374,36 @@ def resolve(
     max_num_seqs: Optional[int],
     dtype: Optional[str],
 ) -> Deployment:
-    """Combine the sources: explicit options win over the run config, which names the model."""
-    from_run: Dict[str, Any] = {}
-    if run_config is not None:
-        from .deployment import read_run_config
+    """Combine the sources: explicit options win over the run config, which names the model.
 
-        from_run = read_run_config(run_config)
+    A message about a value names where it came from: the option, or the run config's
+    key and place.
+    """
+    from_run: Dict[str, Any] = {}
+    run_places: Dict[str, str] = {}
+    if run_config is not None:
+        from .deployment import read_run_config_places
+
+        from_run, run_places = read_run_config_places(run_config)
         if model_config is None and from_run.get("model") is not None:
             model_config = from_run["model"]
     tp = tensor_parallel or from_run.get("tensor_parallel") or 1
+    tp_from = "" if tensor_parallel else run_places.get("tensor_parallel", "")
     length = max_model_len or from_run.get("max_model_len")
+    length_name = "--max-model-len"
+    if not max_model_len and "max_model_len" in from_run:
+        length_name = f"{run_places['max_model_len']}: max-model-len"
     seqs = max_num_seqs or from_run.get("max_num_seqs") or DEFAULT_MAX_NUM_SEQS
     chosen_dtype = normalize_dtype(dtype, "--dtype") if dtype else None
     found: List[Shape] = []
     source = "built-in shapes"
     if model_config is not None:
-        shape, model_len = read_model_config(Path(model_config), tp)
+        shape, model_len = read_model_config(Path(model_config), tp, tp_from)
         if chosen_dtype:
             shape = replace(shape, dtype=chosen_dtype)
         found.append(shape)
-        length = length or model_len
+        if not length and model_len:
+            length, length_name = model_len, f"{model_config}: the model's maximum context"
         source = str(model_config)
     for text in shapes:
         found.append(parse_shape(text, chosen_dtype or "bfloat16"))
@@ -309,7 +416,7 @@ def resolve(
             unique.append(shape)
     length = length or DEFAULT_MAX_MODEL_LEN
     if length < 16:
-        raise UserError(f"--max-model-len {length}: must be at least 16 tokens")
+        raise UserError(f"{length_name} {length}: must be at least 16 tokens")
     if seqs < 1:
         raise UserError(f"--max-num-seqs {seqs}: must be at least 1")
     return Deployment(unique, int(length), int(seqs), source)
