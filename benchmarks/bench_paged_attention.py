@@ -206,10 +206,11 @@ def entry(a):
     return lambda: dispatch.paged_attention_v2(*args)
 
 
-def plan_of(call):
+def plan_of(call, total_tokens):
     """What the entry point launched for this call: the plan triton_impl built for it
     (config as the tables or a tuning table picked it, the chunk, one or two launches,
-    the grid)."""
+    the grid).  A balanced plan's chunk is the item length its kernels compute on the
+    device from the lengths' total (``total_tokens``), as ``_balanced_chunk`` does."""
     from vllm_codemod.kernels import triton_impl
 
     triton_impl._plans.clear()
@@ -217,11 +218,16 @@ def plan_of(call):
     torch.cuda.synchronize()
     (plan,) = triton_impl._plans.values()
     k = plan.partition.constexprs
+    chunk = k["PART"]
+    if plan.budget:
+        per = -(-total_tokens // plan.budget)
+        chunk = max(-(-per // k["ALIGN"]) * k["ALIGN"], k["PART"])
     return dict(
         config=list(plan.config),
-        chunk=k["PART"],
+        chunk=chunk,
         fused=k["FUSED"],
         compact=k["COMPACT"],
+        balanced=bool(plan.budget),
         programs=math.prod(plan.partition.grid),
     )
 
@@ -279,7 +285,7 @@ def measure(name, bw, opts):
     kv_bytes = 2 * sum(lens) * nkv * hs * a["key_cache"].element_size()
     d_pad = max(16, 1 << max(0, (hs - 1).bit_length()))
     fa, fb = entry(a), entry(b)
-    row = dict(kv_bytes=kv_bytes, floor_us=kv_bytes / bw * 1e6, **plan_of(fa))
+    row = dict(kv_bytes=kv_bytes, floor_us=kv_bytes / bw * 1e6, **plan_of(fa, sum(lens)))
     cfg = tuple(row["config"])
     a["out"].fill_(float("nan"))
     path = dispatch.paged_attention_v2_with_path(*positional(a))
@@ -292,6 +298,7 @@ def measure(name, bw, opts):
     for key in ("chain", "one"):
         row[f"{key}_pct_copy"] = 100 * kv_bytes / (row[f"{key}_us"] * 1e-6) / bw
     launch = f"{tuple(cfg)} chunk {row['chunk']}" + (" fused" if row["fused"] else "")
+    launch += " balanced" if row.get("balanced") else ""
     print(
         f"{name:<20} {path:>6} {launch:<48} chain {row['chain_us']:7.1f} us "
         f"({row['chain_pct_copy']:5.1f}% of copy)  one {row['one_us']:7.1f} us "
