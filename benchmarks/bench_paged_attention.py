@@ -322,6 +322,21 @@ def measure(name, bw, opts):
     return row
 
 
+def host_us(fn, calls):
+    """(enqueue, wall) us per call of ``calls`` back-to-back calls after 50 warm-up calls:
+    time to the last enqueue, and to the GPU's end."""
+    for _ in range(50):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    t2 = time.perf_counter()
+    return (t1 - t0) * 1e6 / calls, (t2 - t0) * 1e6 / calls
+
+
 def host_cost():
     """us per call of back-to-back eager entry-point calls, fast path on and off."""
     from vllm_codemod.kernels import triton_impl
@@ -333,24 +348,11 @@ def host_cost():
     try:
         for label, fast in (("entry_fast", saved), ("entry_plain", False)):
             triton_impl._fast["enabled"] = fast
-            for _ in range(50):
-                fn()
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            for _ in range(HOST_CALLS):
-                fn()
-            t1 = time.perf_counter()
-            torch.cuda.synchronize()
-            t2 = time.perf_counter()
-            scale = 1e6 / HOST_CALLS
-            rows[label] = {
-                "fast_path": fast,
-                "enqueue_us": (t1 - t0) * scale,
-                "wall_us": (t2 - t0) * scale,
-            }
+            enqueue, wall = host_us(fn, HOST_CALLS)
+            rows[label] = {"fast_path": fast, "enqueue_us": enqueue, "wall_us": wall}
             print(
                 f"host {label:<12} (fast path {'on' if fast else 'off'}): "
-                f"{(t1 - t0) * scale:6.1f} us/call enqueue, {(t2 - t0) * scale:6.1f} us/call wall",
+                f"{enqueue:6.1f} us/call enqueue, {wall:6.1f} us/call wall",
                 flush=True,
             )
     finally:

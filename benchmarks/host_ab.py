@@ -17,25 +17,11 @@ import argparse
 import importlib
 import json
 import statistics
-import time
 from pathlib import Path
 
-import torch
-from bench_paged_attention import make, positional
+from bench_paged_attention import host_us, make, positional
 
 from vllm_codemod.kernels import dispatch as new_dispatch
-
-
-def per_call_us(fn, calls: int) -> float:
-    for _ in range(50):
-        fn()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    t1 = time.perf_counter()
-    torch.cuda.synchronize()
-    return (t1 - t0) * 1e6 / calls
 
 
 def main() -> None:
@@ -58,7 +44,7 @@ def main() -> None:
         runs = {k: [] for k in fns}
         for _ in range(opts.rounds):
             for k, fn in fns.items():
-                runs[k].append(per_call_us(fn, opts.calls))
+                runs[k].append(host_us(fn, opts.calls)[0])
         row = {"tokens": n, "runs": runs}
         row.update({k: statistics.median(v) for k, v in runs.items()})
         rows.append(row)
