@@ -283,3 +283,32 @@ def test_bad_mpt_kv_n_heads_is_a_user_error(tmp_path, value):
     )
     with pytest.raises(CodemodError, match=r"config\.json:2:18: kv_n_heads = .* positive"):
         read_model_config(bad, 2)
+
+
+@pytest.mark.parametrize(
+    "text, dtype",
+    [
+        # a null torch_dtype does not hide dtype
+        ('{"num_attention_heads": 8, "hidden_size": 1024, "torch_dtype": null,'
+         ' "dtype": "bfloat16"}', "bfloat16"),
+        # multimodal: the top level's dtype when the language model states none
+        ('{"torch_dtype": "bfloat16",'
+         ' "text_config": {"num_attention_heads": 8, "hidden_size": 1024}}', "bfloat16"),
+        # ... and the language model's own when it does
+        ('{"torch_dtype": "float16", "text_config": {"num_attention_heads": 8,'
+         ' "hidden_size": 1024, "torch_dtype": "bfloat16"}}', "bfloat16"),
+        ('{"num_attention_heads": 8, "hidden_size": 1024}', "float16"),
+        ('{"num_attention_heads": 8, "hidden_size": 1024, "torch_dtype": "float32"}', "float16"),
+    ],
+)  # fmt: skip
+def test_the_served_dtype_is_the_first_one_set(tmp_path, text, dtype):
+    (tmp_path / "config.json").write_text(text)
+    assert read_model_config(tmp_path)[0].dtype == dtype
+
+
+def test_a_bad_top_level_dtype_of_a_multimodal_config_points_at_it(tmp_path):
+    (tmp_path / "config.json").write_text(
+        '{"text_config": {"num_attention_heads": 8, "hidden_size": 1024},\n "torch_dtype": "int3"}'
+    )
+    with pytest.raises(CodemodError, match=r"config\.json:2:2"):
+        read_model_config(tmp_path)

@@ -269,14 +269,17 @@ def _kv_heads(config: Dict[str, Any], heads: int, source: _Source) -> int:
     return heads
 
 
-def _model_dtype(config: Dict[str, Any], source: _Source) -> str:
-    """The dtype vLLM serves by default ("auto"): the config's, with float32 as float16."""
-    raw = config.get("torch_dtype", config.get("dtype"))
-    if raw is None:
-        return "float16"
-    key = "torch_dtype" if "torch_dtype" in config else "dtype"
-    dtype = normalize_dtype(raw, source.at(key))
-    return "float16" if dtype == "float32" else dtype
+def _model_dtype(places: Sequence[Tuple[Dict[str, Any], _Source]]) -> str:
+    """The dtype vLLM serves by default ("auto"): the first ``torch_dtype`` or ``dtype``
+    that is set (not null) in ``places`` (a multimodal config's language model, then its
+    top level), with float32 as float16; float16 when none is."""
+    for config, source in places:
+        for key in ("torch_dtype", "dtype"):
+            raw = config.get(key)
+            if raw is not None:
+                dtype = normalize_dtype(raw, source.at(key))
+                return "float16" if dtype == "float32" else dtype
+    return "float16"
 
 
 def _config_path(path: Path) -> Path:
@@ -307,9 +310,11 @@ def read_model_config(
     path = _config_path(path)
     config, text = _read_json(path)
     source = _Source(path, text)
+    dtype_places = [(config, source)]
     if isinstance(config.get("text_config"), dict):  # multimodal: the language model's
         config = {**config["text_config"], "architectures": config.get("architectures")}
         source = source.inside("text_config")
+        dtype_places.insert(0, (config, source))
     found_heads = _int_field(
         config, ("num_attention_heads", "n_head", "n_heads", "num_heads"), source
     )
@@ -351,7 +356,7 @@ def read_model_config(
         heads // tensor_parallel,
         max(1, kv_heads // tensor_parallel),
         head_size,
-        _model_dtype(config, source),
+        _model_dtype(dtype_places),
         _is_alibi(config),
     )
     _check_shape(
