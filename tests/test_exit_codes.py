@@ -157,8 +157,12 @@ def test_130_ctrl_c_in_process_releases_the_lock(fork, monkeypatch):
 
 
 #: Starts `apply` in a child whose planning blocks (after taking the lock) until killed.
+#: SIGINT gets Python's default handler back, as an interactive shell gives it: a suite
+#: started with SIGINT ignored (a background job of a non-interactive shell) passes the
+#: ignore on to children, and the child would then rightly ignore the test's Ctrl-C.
 _BLOCKING_APPLY = """\
-import sys, time
+import signal, sys, time
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from vllm_codemod.transforms.prefix_prefill_warps import PrefixPrefillWarps
 def plan(self, module, context):
     sys.stderr.write("READY\\n"); sys.stderr.flush()
