@@ -238,6 +238,21 @@ def main():
                 variants += [(H256[1], {"BALANCED_FORCE_SLOTS": 4}), (H256[1], {})]
             rows += shape_rows(name, lens, nh, nkv, hs, bw, variants)
             save()
+    if "balanced3" in parts:  # batches above BALANCED_MAX_SEQS (run v33)
+        import random
+
+        rnd = random.Random(64)
+        extra = {
+            "ragged64/32-8/128": ([rnd.randint(1, 8192) for _ in range(64)], 32, 8, 128),
+            "ragged256/32-8/128": ([rnd.randint(1, 4096) for _ in range(256)], 32, 8, 128),
+        }
+        names = ("ragged16/32-8/128", "8x32K/32-8/128", "64x4K/32-8/128")
+        for name, (lens, nh, nkv, hs) in [(n, SHAPES[n]) for n in names] + list(extra.items()):
+            variants = [(None, {}), (None, {"BALANCED_WAVES": 0})]
+            for w in (2, 4):
+                variants.append((None, {"BALANCED_MAX_SEQS": 256, "BALANCED_WAVES": (1, w)}))
+            rows += shape_rows(name, lens, nh, nkv, hs, bw, variants)
+            save()
     if "fused" in parts:
         for lens in ([1024], [2048], [4096], [8192], [1000, 3, 2048, 513]):
             name = f"{len(lens)}x{max(lens)}"
