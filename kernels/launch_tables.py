@@ -152,9 +152,10 @@ def pick_chunk(programs_at_max: int, sms: int, config: LaunchConfig, g_pad: int,
 # above): one sequence in one wave, 1 x 100K 32/8 104.9 -> 100.8 us, 28/4 59.0 -> 56.5;
 # a batch of up to BALANCED_MAX_SEQS sequences in two waves, ragged 16 121.8 -> 109.1,
 # 8 x 32K 255.6 -> 254.7.  64 x 4K was 3% slower in two waves (273.2 vs 265.4, v29) and
-# keeps the compact grid.  One wave over a batch loses: the shorter items finish early and
-# the full items that did not fit start a second wave (64 x 4K: 395.6 us).  1 x 32K is
-# level (39.4 vs 38.9 us; the same 256-token items either way).
+# keeps the compact grid, as do batches above 16 (v33: ragged 64 and 256 lost or were
+# mixed).  One wave over a batch loses: the shorter items finish early and the full items
+# that did not fit start a second wave (64 x 4K: 395.6 us).  1 x 32K is level (39.4 vs
+# 38.9 us; the same 256-token items either way).
 BALANCED_WAVES = (1, 2)  # waves for one sequence, for a batch; 0 turns balancing off
 BALANCED_MAX_SEQS = 16
 BALANCED_MIN_CHUNK = 128
