@@ -718,11 +718,9 @@ class _Plan:
         n_gc = (qpk + g_pad - 1) // g_pad
         num_hg = c.num_kv_heads * n_gc
         at_max = num_seqs * num_hg * c.num_partitions  # programs with 512-token chunks
-        if config is None:
+        picked = config is None
+        if picked:
             config = launch_tables.pick_config(at_max, d_pad, g_pad, k3d)
-            if k3d and not f32_split and sm_count(query.device):
-                config = launch_tables.balanced_config(config, g_pad, d_pad, num_seqs)
-        self.config = config  # as given or as the tables picked it (for tests, benchmarks)
         # One launch for short sequences called eagerly (FUSE_MAX_PARTITIONS, _fusable), in
         # vLLM's partitions.
         fused = fusable and not config.chunk
@@ -731,9 +729,18 @@ class _Plan:
             chunk = PARTITION_SIZE
         else:
             sms = sm_count(query.device)
+            balanced = num_seqs <= COMPACT_MAX_SEQS
+            if picked and balanced and k3d and not f32_split:
+                # The tables' config for a launch that balances, if it then does balance.
+                alt = launch_tables.balanced_config(config, g_pad, d_pad, num_seqs)
+                if alt != config and launch_tables.balanced_budget(
+                    alt, g_pad, d_pad, sms, num_hg, num_seqs
+                ):
+                    config = alt
             chunk = launch_tables.pick_chunk(at_max, sms, config, g_pad, d_pad)
-            if num_seqs <= COMPACT_MAX_SEQS:
+            if balanced:
                 budget = launch_tables.balanced_budget(config, g_pad, d_pad, sms, num_hg, num_seqs)
+        self.config = config  # as given or as the tables picked it (for tests, benchmarks)
         if chunk & (chunk - 1) or not 16 <= chunk <= PARTITION_SIZE:
             raise ValueError(f"paged_attention_v2 (Triton): chunk {chunk} is not 16-512, 2^k")
         chunk = max(chunk, c.block_size)  # whole blocks per chunk (the V load's hints)

@@ -1168,3 +1168,18 @@ def test_balanced_config_and_slots_at_head_256():
         assert lt.balanced_config(table, 16, 256, 1) == table  # a forced config stays
     finally:
         lt.set_config_override(None)
+
+
+@pytest.mark.parametrize("fusable", [False, True])
+def test_head_256_takes_the_two_warp_config_only_when_it_balances(tf, monkeypatch, fusable):
+    """One head-256 sequence: the two-warp config with balanced items; a short eager call
+    that fuses (no balancing) keeps the tables' config, which is faster unbalanced."""
+    monkeypatch.setattr(tf, "sm_count", lambda device: 4)
+    monkeypatch.setattr(tf, "COMPACT_MAX_SEQS", 256)
+    c = _decode_call(lens=(700,), heads=16, kv_heads=2, head_size=256)
+    plan = tf._Plan(c, None, True, fusable)
+    lt = launch_tables
+    assert plan.config == (lt.K3D_CONFIGS[256] if fusable else lt.K3D_BALANCED_HEAD256_CONFIG)
+    assert bool(plan.budget) is not fusable
+    monkeypatch.setattr(lt, "BALANCED_WAVES", 0)  # balancing off: the tables' config
+    assert tf._Plan(c, None, True, False).config == lt.K3D_CONFIGS[256]
