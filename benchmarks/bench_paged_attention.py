@@ -206,11 +206,20 @@ def entry(a):
     return lambda: dispatch.paged_attention_v2(*args)
 
 
+def item_tokens(plan, total_tokens):
+    """Tokens per program of ``plan``: its chunk, or for a balanced plan the item length
+    its kernels compute on the device from the lengths' total (``_balanced_chunk``)."""
+    k = plan.partition.constexprs
+    if not plan.budget:
+        return k["PART"]
+    per = -(-total_tokens // plan.budget)
+    return max(-(-per // k["ALIGN"]) * k["ALIGN"], k["PART"])
+
+
 def plan_of(call, total_tokens):
     """What the entry point launched for this call: the plan triton_impl built for it
-    (config as the tables or a tuning table picked it, the chunk, one or two launches,
-    the grid).  A balanced plan's chunk is the item length its kernels compute on the
-    device from the lengths' total (``total_tokens``), as ``_balanced_chunk`` does."""
+    (config as the tables or a tuning table picked it, the tokens per program, one or two
+    launches, the grid)."""
     from vllm_codemod.kernels import triton_impl
 
     triton_impl._plans.clear()
@@ -218,13 +227,9 @@ def plan_of(call, total_tokens):
     torch.cuda.synchronize()
     (plan,) = triton_impl._plans.values()
     k = plan.partition.constexprs
-    chunk = k["PART"]
-    if plan.budget:
-        per = -(-total_tokens // plan.budget)
-        chunk = max(-(-per // k["ALIGN"]) * k["ALIGN"], k["PART"])
     return dict(
         config=list(plan.config),
-        chunk=chunk,
+        chunk=item_tokens(plan, total_tokens),
         fused=k["FUSED"],
         compact=k["COMPACT"],
         balanced=bool(plan.budget),

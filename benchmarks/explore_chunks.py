@@ -18,6 +18,7 @@ from bench_paged_attention import (
     chain_us,
     copy_bandwidth,
     entry,
+    item_tokens,
     make,
     one_call_graph_us,
     reference64,
@@ -54,9 +55,7 @@ def run_variant(name, a, fa, fb, ref, kv_bytes, bw, config=None, knobs=None, one
         k = plan.partition.constexprs
         row["chunk"], row["fused"], row["compact"] = k["PART"], k["FUSED"], k["COMPACT"]
         row["budget"] = plan.budget
-        if plan.budget:  # the item length the kernels compute on the device
-            per = -(-int(a["seq_lens"].sum()) // plan.budget)
-            row["chunk"] = max(-(-per // k["ALIGN"]) * k["ALIGN"], k["PART"])
+        row["chunk"] = item_tokens(plan, int(a["seq_lens"].sum()))
         row["grid"] = list(plan.partition.grid)
         comp = plan.partition.compiled
         row["regs"] = getattr(comp, "n_regs", None)
