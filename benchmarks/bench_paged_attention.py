@@ -206,17 +206,20 @@ def entry(a):
     return lambda: dispatch.paged_attention_v2(*args)
 
 
-def item_tokens(plan, total_tokens):
-    """Tokens per program of ``plan``: its chunk, or for a balanced plan the item length
-    its kernels compute on the device from the lengths' total (``_balanced_chunk``)."""
+def item_tokens(plan, lens):
+    """Tokens per program of ``plan`` for sequences of ``lens`` tokens: its chunk, or for
+    a balanced plan the item length its kernels compute on the device from the lengths'
+    total (``_balanced_chunk``; a stream pads each sequence to whole ALIGN units)."""
     k = plan.partition.constexprs
     if not plan.budget:
         return k["PART"]
-    per = -(-total_tokens // plan.budget)
-    return max(-(-per // k["ALIGN"]) * k["ALIGN"], k["PART"])
+    align = k["ALIGN"]
+    total = sum(-(-n // align) * align for n in lens) if k.get("STREAM") else sum(lens)
+    per = -(-total // plan.budget)
+    return max(-(-per // align) * align, k["PART"])
 
 
-def plan_of(call, total_tokens):
+def plan_of(call, lens):
     """What the entry point launched for this call: the plan triton_impl built for it
     (config as the tables or a tuning table picked it, the tokens per program, one or two
     launches, the grid)."""
@@ -229,10 +232,11 @@ def plan_of(call, total_tokens):
     k = plan.partition.constexprs
     return dict(
         config=list(plan.config),
-        chunk=item_tokens(plan, total_tokens),
+        chunk=item_tokens(plan, lens),
         fused=k["FUSED"],
         compact=k["COMPACT"],
         balanced=bool(plan.budget),
+        stream=bool(k.get("STREAM")),
         programs=math.prod(plan.partition.grid),
     )
 
@@ -290,7 +294,7 @@ def measure(name, bw, opts):
     kv_bytes = 2 * sum(lens) * nkv * hs * a["key_cache"].element_size()
     d_pad = max(16, 1 << max(0, (hs - 1).bit_length()))
     fa, fb = entry(a), entry(b)
-    row = dict(kv_bytes=kv_bytes, floor_us=kv_bytes / bw * 1e6, **plan_of(fa, sum(lens)))
+    row = dict(kv_bytes=kv_bytes, floor_us=kv_bytes / bw * 1e6, **plan_of(fa, lens))
     cfg = tuple(row["config"])
     a["out"].fill_(float("nan"))
     path = dispatch.paged_attention_v2_with_path(*positional(a))

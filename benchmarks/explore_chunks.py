@@ -55,7 +55,7 @@ def run_variant(name, a, fa, fb, ref, kv_bytes, bw, config=None, knobs=None, one
         k = plan.partition.constexprs
         row["chunk"], row["fused"], row["compact"] = k["PART"], k["FUSED"], k["COMPACT"]
         row["budget"] = plan.budget
-        row["chunk"] = item_tokens(plan, int(a["seq_lens"].sum()))
+        row["chunk"] = item_tokens(plan, a["seq_lens"].tolist())
         row["grid"] = list(plan.partition.grid)
         comp = plan.partition.compiled
         row["regs"] = getattr(comp, "n_regs", None)
@@ -250,6 +250,52 @@ def main():
             variants = [(None, {}), (None, {"BALANCED_WAVES": 0})]
             for w in (2, 4):
                 variants.append((None, {"BALANCED_MAX_SEQS": 256, "BALANCED_WAVES": (1, w)}))
+            rows += shape_rows(name, lens, nh, nkv, hs, bw, variants)
+            save()
+    if "stream" in parts:  # session 7: batches as one stream of equal token ranges
+        import random
+
+        rnd = random.Random(64)
+        extra = {
+            "ragged64/32-8/128": ([rnd.randint(1, 8192) for _ in range(64)], 32, 8, 128),
+            "ragged256/32-8/128": ([rnd.randint(1, 4096) for _ in range(256)], 32, 8, 128),
+            "short256/32-8/128": ([rnd.randint(1, 200) for _ in range(256)], 32, 8, 128),
+            "short64/32-8/128": ([rnd.randint(100, 600) for _ in range(64)], 32, 8, 128),
+        }
+        names = ("ragged16/32-8/128", "8x32K/32-8/128", "64x4K/32-8/128")
+        for name, (lens, nh, nkv, hs) in [(n, SHAPES[n]) for n in names] + list(extra.items()):
+            variants = [(None, {}), (None, {"BALANCED_STREAM": False})]
+            if "stream-waves" in parts:
+                variants += [(None, {"STREAM_WAVES": w}) for w in (2, 3)]
+            rows += shape_rows(name, lens, nh, nkv, hs, bw, variants)
+            save()
+    if "reduce7" in parts:  # session 7: the reduce's tile for one sequence; head-256 configs
+
+        def tile_with(d_blk):
+            # One sequence: the same values per load in d_blk-column slices (more or
+            # fewer programs); the loop takes over when the partials no longer fit.
+            def pick(num_seqs, n_chunks, d_pad, base=ti.reduce_tile):
+                rows, blk, single = base(num_seqs, n_chunks, d_pad)
+                if num_seqs > 1:
+                    return rows, blk, single
+                rows = rows * blk // d_blk
+                return rows, d_blk, single and n_chunks <= rows
+
+            return pick
+
+        for name in ("1x32K/32-8/128", "1x100K/28-4/128", "1x100K/32-8/128", "1x100K/16-2/256"):
+            lens, nh, nkv, hs = SHAPES[name]
+            variants = [(None, {}), (None, {"reduce_tile": tile_with(16)})]
+            variants.append((None, {"reduce_tile": tile_with(64)}))
+            if hs == 256:
+                for cfg, slots in (
+                    (LC(32, 2, 1, True, 0, True), 4),
+                    (LC(32, 2, 1, False, 1, True), 4),
+                    (LC(16, 2, 1, True, 1, True), 4),
+                    (LC(16, 2, 1, True, 1, True), 6),
+                    (LC(64, 4, 1, True, 0, True), 2),
+                ):
+                    variants.append((cfg, {"BALANCED_FORCE_SLOTS": slots}))
             rows += shape_rows(name, lens, nh, nkv, hs, bw, variants)
             save()
     if "fused" in parts:

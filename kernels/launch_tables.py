@@ -151,14 +151,22 @@ def pick_chunk(programs_at_max: int, sms: int, config: LaunchConfig, g_pad: int,
 # v29-v30 (H200, per call in a 20-call graph, against the chunk rule and compact grid
 # above): one sequence in one wave, 1 x 100K 32/8 104.9 -> 100.8 us, 28/4 59.0 -> 56.5;
 # a batch of up to BALANCED_MAX_SEQS sequences in two waves, ragged 16 121.8 -> 109.1,
-# 8 x 32K 255.6 -> 254.7.  64 x 4K was 3% slower in two waves (273.2 vs 265.4, v29) and
-# keeps the compact grid, as do batches above 16 (v33: ragged 64 and 256 lost or were
-# mixed).  One wave over a batch loses: the shorter items finish early and the full items
-# that did not fit start a second wave (64 x 4K: 395.6 us).  1 x 32K is level (39.4 vs
-# 38.9 us; the same 256-token items either way).
+# 8 x 32K 255.6 -> 254.7.  One wave over a batch of items loses: the shorter items finish
+# early and the full items that did not fit start a second wave (64 x 4K: 395.6 us).
 BALANCED_WAVES = (1, 2)  # waves for one sequence, for a batch; 0 turns balancing off
 BALANCED_MAX_SEQS = 16
 BALANCED_MIN_CHUNK = 128
+# Batches as one stream (STREAM in triton_impl, session 7): the sequences laid end to end
+# and cut into equal token ranges, one wave of them, a range crossing sequence ends where
+# it falls there, so every program carries the same work whatever the lengths.  Runs
+# v36-v38 (H200, per call in a 20-call graph, against session 6's rule, both with the
+# one-warp batch reduce): ragged 16 107.1 vs 106.9 us, 8 x 32K 255.6 vs 257.1, ragged 64
+# (1-8K tokens) 239.4 vs 246.4, ragged 256 (1-4K) 526.8 vs 585.6; uniform 64 x 4K loses
+# 1.2% (260.3 vs 257.3: a range covers two sequences' segments there).  Two or three
+# waves were slower at every batch (v34, v36).
+BALANCED_STREAM = True
+STREAM_WAVES = 1
+STREAM_MAX_SEQS = 256
 # Head 256, one sequence: two warps (255 registers, 4 programs per SM) in one balanced
 # wave beat the table's four-warp config at 512-token chunks: 1 x 100K 16/2 63.7 and 61.8
 # us against 64.9 and 64.7 (v29, v30).  Unbalanced, the same config is slower (67.2).
@@ -193,12 +201,18 @@ def balanced_config(config: LaunchConfig, g_pad: int, d_pad: int, seqs: int) -> 
 def balanced_budget(
     config: LaunchConfig, g_pad: int, d_pad: int, sms: int, groups: int, seqs: int = 1
 ) -> int:
-    """Full items per (kv head, group chunk) for a balanced launch of ``seqs`` sequences,
-    or 0 for the chunk rule: the config's programs per SM x SMs x waves, shared by
-    ``groups``.  An explicit chunk in the config, an unknown SM count or an unmeasured
-    config keep the chunk rule."""
-    waves = BALANCED_WAVES if isinstance(BALANCED_WAVES, int) else BALANCED_WAVES[seqs > 1]
-    if config.chunk or not sms or waves <= 0 or seqs > BALANCED_MAX_SEQS:
+    """Full items (a batch's stream: ranges) per (kv head, group chunk) for a balanced
+    launch of ``seqs`` sequences, or 0 for the chunk rule: the config's programs per SM x
+    SMs x waves, shared by ``groups``.  An explicit chunk in the config, an unknown SM
+    count or an unmeasured config keep the chunk rule."""
+    if BALANCED_WAVES == 0:
+        return 0
+    if seqs > 1 and BALANCED_STREAM:
+        waves, most = STREAM_WAVES, STREAM_MAX_SEQS
+    else:
+        waves = BALANCED_WAVES if isinstance(BALANCED_WAVES, int) else BALANCED_WAVES[seqs > 1]
+        most = BALANCED_MAX_SEQS
+    if config.chunk or not sms or waves <= 0 or seqs > most:
         return 0
     slots = balanced_slots(config, g_pad, d_pad)
     return max(1, slots * sms * waves // groups) if slots else 0

@@ -369,7 +369,7 @@ def _pa_v2_partition_kernel(
     TILE: tl.constexpr, USE_ALIBI: tl.constexpr, F32_SPLIT: tl.constexpr,
     CONTIG_HINTS: tl.constexpr, EARLY_V: tl.constexpr, PREFETCH: tl.constexpr,
     K_3D: tl.constexpr, FUSED: tl.constexpr, P_FUSE: tl.constexpr, COMPACT: tl.constexpr,
-    NS_PAD: tl.constexpr, BALANCED: tl.constexpr, ALIGN: tl.constexpr,
+    NS_PAD: tl.constexpr, BALANCED: tl.constexpr, ALIGN: tl.constexpr, STREAM: tl.constexpr,
 ):  # fmt: skip
     # Grid: (sequences x kv heads x group chunks, chunks of the longest sequence), or with
     # COMPACT one axis over (chunk item, kv head x group chunk) with the items of every
@@ -382,6 +382,42 @@ def _pa_v2_partition_kernel(
     num_hg = num_kv_heads * num_group_chunks
     pid = tl.program_id(0)
     hg = pid % num_hg
+    if STREAM:
+        # The batch's sequences laid end to end (each padded to whole ALIGN units, so every
+        # cut falls on a tile and block boundary of its sequence), cut into equal ranges
+        # of part_len tokens: one range per program, whatever the lengths.  A range that
+        # crosses sequence ends covers one segment of each; segment (range, sequence j)
+        # writes slot range + j, so the slots of one sequence are consecutive.
+        sidx = tl.arange(0, NS_PAD)
+        lens = tl.load(seq_lens_ptr + sidx, mask=sidx < num_seqs, other=0)
+        padded = (lens + ALIGN - 1) // ALIGN * ALIGN
+        ends = tl.cumsum(padded, 0)
+        starts = ends - padded
+        part_len = _balanced_chunk(tl.sum(padded, 0), budget, ALIGN, PART)
+        item = pid // num_hg
+        total = tl.sum(padded, 0)
+        lo = item * part_len
+        hi = tl.minimum(lo + part_len, total)  # past the end: no sequence, no work
+        first = tl.sum((ends <= lo).to(tl.int32), 0)
+        last = tl.sum((starts < hi).to(tl.int32), 0)
+        for j in range(first, last):
+            seq_start = tl.sum(tl.where(sidx == j, starts, 0), 0)
+            seq_len = tl.sum(tl.where(sidx == j, lens, 0), 0)
+            start = tl.maximum(lo - seq_start, 0)
+            end = tl.minimum(hi - seq_start, seq_len)
+            _partition(
+                j, item + j, start, end, seq_len, hg // num_group_chunks,
+                hg % num_group_chunks, hg, exp_sums_ptr, max_logits_ptr, tmp_out_ptr, out_ptr,
+                counters_ptr, q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr,
+                alibi_ptr, scale, num_hg, stride_qs, stride_qh, stride_qd, stride_kb,
+                stride_kh, stride_kd, stride_kt, stride_kx, stride_vb, stride_vh, stride_vd,
+                stride_vt, stride_bt, stride_es_s, stride_es_h, stride_es_p, stride_ml_s,
+                stride_ml_h, stride_ml_p, stride_to_s, stride_to_h, stride_to_p, stride_to_d,
+                stride_os, stride_oh,
+                QUERIES_PER_KV, G_PAD, HEAD_SIZE, D_PAD, X, BLOCK_SIZE, PART, TILE, USE_ALIBI,
+                F32_SPLIT, CONTIG_HINTS, EARLY_V, PREFETCH, K_3D, FUSED, P_FUSE,
+            )  # fmt: skip
+        return
     if BALANCED and NS_PAD == 1:  # one sequence: item = chunk, no prefix sum
         seq = 0
         seq_len = tl.load(seq_lens_ptr)
@@ -423,13 +459,28 @@ def _pa_v2_partition_kernel(
 
 
 @triton.jit
-def _max_of(base, stride, n, P_MAX: tl.constexpr):
-    # The largest of n fp32 values (one partition's max logit each), P_MAX per load.
-    m_vec = tl.zeros([P_MAX], dtype=tl.float32) - float("inf")
-    for c in range(0, (n + P_MAX - 1) // P_MAX):
-        i = c * P_MAX + tl.arange(0, P_MAX)
-        m_vec = tl.maximum(m_vec, tl.load(base + i * stride, mask=i < n, other=float("-inf")))
-    return tl.max(m_vec, 0)
+def _merge_chunk(
+    ml_base, es_base, to_base, p, p_ok, in_buf, d, d_ok, stride_ml_p, stride_es_p, stride_to_p,
+    stride_to_d, m, den, acc,
+):  # fmt: skip
+    # One chunk of partials folded into a running (max, exp-sum, weighted sum): an online
+    # softmax over partials, one round trip per chunk.  Loads are masked by ``in_buf``
+    # (the buffer's size, known before seq_len is), rows past the sequence's partials
+    # (never written: junk, maybe NaN) dropped with ``p_ok`` afterwards.
+    ml = tl.load(ml_base + p * stride_ml_p, mask=in_buf, other=float("-inf"))
+    es = tl.load(es_base + p * stride_es_p, mask=in_buf, other=0.0)
+    t = tl.load(
+        to_base + p[:, None] * stride_to_p + d[None, :] * stride_to_d,
+        mask=in_buf[:, None] & d_ok[None, :],
+        other=0.0,
+    ).to(tl.float32)
+    ml = tl.where(p_ok, ml, float("-inf"))
+    t = tl.where(p_ok[:, None], t, 0.0)
+    m_new = tl.maximum(m, tl.max(ml, 0))
+    m_ref = tl.where(m_new > float("-inf"), m_new, 0.0)
+    scale = tl.exp(m - m_ref)
+    w = tl.where(p_ok, tl.exp(ml - m_ref) * es, 0.0)
+    return m_new, den * scale + tl.sum(w, 0), acc * scale + tl.sum(w[:, None] * t, 0)
 
 
 @triton.jit
@@ -460,11 +511,11 @@ def _pa_v2_reduce_kernel(
     D_BLK: tl.constexpr,
     PART: tl.constexpr,
     P_MAX: tl.constexpr,
-    P_CHUNK: tl.constexpr,
     SINGLE_PASS: tl.constexpr,
     BALANCED: tl.constexpr,
     ALIGN: tl.constexpr,
     NS_PAD: tl.constexpr,
+    STREAM: tl.constexpr,
 ):
     # One program per (sequence, head, D_BLK slice of the head): many programs even for
     # one sequence, and short dependent chains (the max over partitions in one load).
@@ -478,7 +529,20 @@ def _pa_v2_reduce_kernel(
     ml_base = max_logits_ptr + seq * stride_ml_s + h * stride_ml_h
     es_base = exp_sums_ptr + seq * stride_es_s + h * stride_es_h
     to_base = tmp_out_ptr + seq * stride_to_s + h * stride_to_h
-    if BALANCED and NS_PAD == 1:  # one sequence: its items are slots 0 .. num_parts - 1
+    if STREAM:  # the ranges that cross this sequence: slots first + seq onwards
+        sidx = tl.arange(0, NS_PAD)
+        lens = tl.load(seq_lens_ptr + sidx, mask=sidx < num_seqs, other=0)
+        padded = (lens + ALIGN - 1) // ALIGN * ALIGN
+        part_len = _balanced_chunk(tl.sum(padded, 0), budget, ALIGN, PART)
+        seq_start = tl.sum(tl.where(sidx < seq, padded, 0), 0)
+        seq_len = tl.sum(tl.where(sidx == seq, lens, 0), 0)
+        first = seq_start // part_len
+        num_parts = tl.where(seq_len > 0, (seq_start + seq_len - 1) // part_len - first + 1, 0)
+        ml_base += (first + seq) * stride_ml_p
+        es_base += (first + seq) * stride_es_p
+        to_base += (first + seq) * stride_to_p
+        max_parts = num_parts
+    elif BALANCED and NS_PAD == 1:  # one sequence: its items are slots 0 .. num_parts - 1
         seq_len = tl.load(seq_lens_ptr)
         part_len = _balanced_chunk(seq_len, budget, ALIGN, PART)
         num_parts = (seq_len + part_len - 1) // part_len
@@ -498,48 +562,26 @@ def _pa_v2_reduce_kernel(
         seq_len = tl.load(seq_lens_ptr + seq)
         num_parts = (seq_len + PART - 1) // PART
 
-    if SINGLE_PASS:
-        # Every partition fits in P_MAX: the three loads are masked by the buffers' size,
-        # not by seq_len, so they go out together with the seq_len load (one round trip);
-        # partitions past the sequence's end (never written: junk, maybe NaN) are dropped
-        # with `where` afterwards.
-        p = tl.arange(0, P_MAX)
-        in_buf = p < max_parts
-        ml = tl.load(ml_base + p * stride_ml_p, mask=in_buf, other=float("-inf"))
-        es = tl.load(es_base + p * stride_es_p, mask=in_buf, other=0.0)
-        t = tl.load(
-            to_base + p[:, None] * stride_to_p + d[None, :] * stride_to_d,
-            mask=in_buf[:, None] & d_ok[None, :],
-            other=0.0,
-        ).to(tl.float32)
-        p_ok = p < num_parts
-        ml = tl.where(p_ok, ml, float("-inf"))
-        t = tl.where(p_ok[:, None], t, 0.0)
-        w = tl.where(p_ok, tl.exp(ml - tl.max(ml, 0)) * es, 0.0)
-        total = tl.sum(w, 0)
-        total = tl.where(total > 0, total, 1.0)
-        res = tl.sum(w[:, None] * t, 0) / total
-    else:
-        m_all = _max_of(ml_base, stride_ml_p, num_parts, P_MAX)
-
-        den = tl.zeros([P_CHUNK], dtype=tl.float32)
-        acc = tl.zeros([P_CHUNK, D_BLK], dtype=tl.float32)
-        for c in range(0, (num_parts + P_CHUNK - 1) // P_CHUNK):
-            p = c * P_CHUNK + tl.arange(0, P_CHUNK)
-            p_ok = p < num_parts
-            ml = tl.load(ml_base + p * stride_ml_p, mask=p_ok, other=float("-inf"))
-            es = tl.load(es_base + p * stride_es_p, mask=p_ok, other=0.0)
-            w = tl.where(p_ok, tl.exp(ml - m_all) * es, 0.0)
-            den += w
-            t = tl.load(
-                to_base + p[:, None] * stride_to_p + d[None, :] * stride_to_d,
-                mask=p_ok[:, None] & d_ok[None, :],
-                other=0.0,
-            ).to(tl.float32)
-            acc += w[:, None] * t
-        total = tl.sum(den, 0)
-        total = tl.where(total > 0, total, 1.0)
-        res = tl.sum(acc, 0) / total
+    # P_MAX partials per load: the first load is masked by the buffer's size only, so it
+    # goes out with the seq_len load (one round trip); SINGLE_PASS: every partition of
+    # any sequence fits in it, otherwise later chunks follow in a loop.
+    p = tl.arange(0, P_MAX)
+    m = tl.max(tl.zeros([P_MAX], dtype=tl.float32), 0) - float("inf")
+    den = tl.sum(tl.zeros([P_MAX], dtype=tl.float32), 0)
+    acc = tl.zeros([D_BLK], dtype=tl.float32)
+    m, den, acc = _merge_chunk(
+        ml_base, es_base, to_base, p, p < num_parts, p < max_parts, d, d_ok, stride_ml_p,
+        stride_es_p, stride_to_p, stride_to_d, m, den, acc,
+    )  # fmt: skip
+    if not SINGLE_PASS:
+        for c in range(1, (num_parts + P_MAX - 1) // P_MAX):
+            pc = c * P_MAX + p
+            ok = pc < num_parts
+            m, den, acc = _merge_chunk(
+                ml_base, es_base, to_base, pc, ok, ok, d, d_ok, stride_ml_p, stride_es_p,
+                stride_to_p, stride_to_d, m, den, acc,
+            )  # fmt: skip
+    res = acc / tl.where(den > 0, den, 1.0)
     tl.store(
         out_ptr + seq * stride_os + h * stride_oh + d * stride_od,
         res.to(out_ptr.dtype.element_ty),
@@ -558,6 +600,11 @@ TRITON_MAJOR = int(getattr(triton, "__version__", "0").split(".")[0])
 # The reduce kernel loads every partition of a sequence at once (one round trip) up to
 # this many partitions; longer sequences loop over chunks.
 REDUCE_SINGLE_PASS_MAX = 512
+# Values of one reduce load (partials x head columns), and partials per load and warps
+# per program in a batch (reduce_tile).
+REDUCE_TILE = 4096
+REDUCE_BATCH_ROWS = 32
+REDUCE_BATCH_WARPS = 1
 # One launch (the last chunk of each kv head merges, see _partition) for eager calls on
 # sequences of up to FUSE_MAX_PARTITIONS of vLLM's 512-token partitions (chunks stay at
 # 512 there), or for any plan of up to FUSE_MAX_CHUNKS chunks (0: only the first rule):
@@ -759,6 +806,7 @@ class _Plan:
         elif g_pad >= 32 and not k3d:  # Triton 2.1's 2-D load: 49408 bytes at 32 x 64
             tile = min(tile, 32)
         align = max(tile, c.block_size)
+        stream = bool(budget) and num_seqs > 1 and launch_tables.BALANCED_STREAM
         if budget:
             # Items of a length chosen on the device (>= chunk, whole tiles and blocks),
             # at most budget + sequences of them; their partials in a buffer of ours,
@@ -770,8 +818,9 @@ class _Plan:
                 for t in _scratch.partial_views(c.tmp_out, 1, num_heads, n_items, head_size)
             )
             self.partials = (exp_sums, max_logits, tmp_out)
-            # A sequence's items: <= budget (its length / chunk <= total / chunk).
-            n_chunks = min(budget, -(-c.max_seq_len // chunk))
+            # A sequence's items: <= budget (its length / chunk <= total / chunk); a
+            # stream's ranges may start inside it, one more.
+            n_chunks = min(budget, -(-c.max_seq_len // chunk) + stream)
             max_parts = n_chunks
         elif chunk == PARTITION_SIZE:  # vLLM's own partition buffers
             tmp_out, exp_sums, max_logits = c.tmp_out, c.exp_sums, c.max_logits
@@ -788,7 +837,9 @@ class _Plan:
         fused = counters is not None
         self.counters = counters
         compact = 1 < num_seqs <= COMPACT_MAX_SEQS and not budget
-        if budget:
+        if stream:
+            grid = (num_hg * budget, 1, 1)
+        elif budget:
             grid = (num_hg * (budget + num_seqs), 1, 1)
         elif compact:  # sequences x chunks of the longest (>= 1): an upper bound of the items
             grid = (num_hg * num_seqs * max(n_chunks, 1), 1, 1)
@@ -836,15 +887,14 @@ class _Plan:
                 NS_PAD=ns_pad,
                 BALANCED=bool(budget),
                 ALIGN=align,
+                STREAM=stream,
             ),
             dict(num_warps=warps, num_stages=stages),
         )
         if fused:
             self.reduce = None
             return
-        # Up to 256 partitions a program covers 32 columns of the head; up to 512, 16
-        # (the single-pass tile stays 8K values).
-        d_blk = min(32 if n_chunks <= 256 else 16, d_pad)
+        p_rows, d_blk, single, r_warps = reduce_tile(num_seqs, n_chunks, d_pad)
         self.reduce_strides = (num_seqs, max(budget, 1), num_heads, max_parts)
         self.reduce_strides += tuple(out.stride())
         self.reduce_strides += tuple(exp_sums.stride()) + tuple(max_logits.stride())
@@ -856,18 +906,43 @@ class _Plan:
                 HEAD_SIZE=head_size,
                 D_BLK=d_blk,
                 PART=chunk,
-                P_MAX=max(16, min(512, _next_pow2(n_chunks))),
-                P_CHUNK=4096 // d_blk,
-                SINGLE_PASS=n_chunks <= REDUCE_SINGLE_PASS_MAX,
+                P_MAX=p_rows,
+                SINGLE_PASS=single,
                 BALANCED=bool(budget),
                 ALIGN=align,
                 NS_PAD=ns_pad,
+                STREAM=stream,
             ),
-            dict(num_warps=4),
+            dict(num_warps=r_warps),
         )
 
 
 _plans: Dict[tuple, _Plan] = {}
+
+
+def reduce_tile(num_seqs: int, n_chunks: int, d_pad: int) -> Tuple[int, int, bool, int]:
+    """(partials per load, head columns per program, whether one load covers every
+    partition, warps) of the reduce kernel for ``n_chunks`` partitions at most per
+    sequence.
+
+    One sequence: four-warp programs over 16- or 32-column slices of each head, every
+    partition in one load up to REDUCE_SINGLE_PASS_MAX (many programs, one round trip).
+    A batch: one-warp programs per (sequence, head) over the whole head where REDUCE_TILE
+    values allow, at most REDUCE_BATCH_ROWS partials per load, longer sequences looping.
+    Run v34-v36 (H200): the reduce of the ragged batch took 9.8 us and 64 x 4K 10.8-12.4
+    us with four-warp programs (per slice, or per head), 5.9 and 3.0 us with this; one
+    sequence's four-warp slices 2.8 us at 1 x 32K against 4.0 us on one warp.
+    """
+    if num_seqs == 1:
+        d_blk = min(32 if n_chunks <= 256 else 16, d_pad)
+        if n_chunks <= REDUCE_SINGLE_PASS_MAX:
+            return max(16, _next_pow2(n_chunks)), d_blk, True, 4
+        return REDUCE_TILE // d_blk, d_blk, False, 4
+    rows = max(2, min(_next_pow2(n_chunks), REDUCE_BATCH_ROWS))
+    if n_chunks > REDUCE_SINGLE_PASS_MAX:  # the loop forced (tests)
+        rows = min(rows, max(2, _next_pow2(REDUCE_SINGLE_PASS_MAX)))
+    d_blk = min(d_pad, max(16, REDUCE_TILE // rows))
+    return rows, d_blk, n_chunks <= min(rows, REDUCE_SINGLE_PASS_MAX), REDUCE_BATCH_WARPS
 
 
 def _plan_key(c: DecodeCall, config: Optional[LaunchConfig], k3d: bool) -> tuple:

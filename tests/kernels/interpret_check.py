@@ -130,7 +130,7 @@ CASES = [
         True,
         (32, 1, 1, True, 1, True),
         False,
-        {"sms": 3, "BALANCED_WAVES": 2, "FUSE_MAX_PARTITIONS": 0},
+        {"sms": 3, "BALANCED_WAVES": 2, "FUSE_MAX_PARTITIONS": 0, "BALANCED_STREAM": False},
     ),
     (
         [1300, 17, 2900],
@@ -142,10 +142,49 @@ CASES = [
         True,
         (16, 1, 1, True, 0, False),
         True,
-        {"sms": 2, "BALANCED_FORCE_SLOTS": 3},
+        {"sms": 2, "BALANCED_FORCE_SLOTS": 3, "BALANCED_STREAM": False},
     ),
     # Head 256, one sequence: the tables' two-warp config for balanced items.
     ([3000], 16, 2, 256, 16, torch.bfloat16, False, None, False, {"sms": 2}),
+    # Balanced streams: equal token ranges over the sequences laid end to end, a range
+    # crossing several sequence ends (tiny sequences, lengths off the tile grid), with
+    # ALiBi, the 2-D load and fp32 with the chunked reduce, and one wave of two ranges.
+    (
+        [1, 700, 1300, 5, 17],
+        8,
+        2,
+        128,
+        16,
+        torch.bfloat16,
+        True,
+        (32, 1, 1, True, 1, True),
+        False,
+        {"sms": 3, "BALANCED_STREAM": True, "FUSE_MAX_PARTITIONS": 0},
+    ),
+    (
+        [1300, 17, 2900],
+        4,
+        2,
+        80,
+        8,
+        torch.float32,
+        True,
+        (16, 1, 1, True, 0, False),
+        True,
+        {"sms": 2, "BALANCED_FORCE_SLOTS": 3, "BALANCED_STREAM": True},
+    ),
+    (
+        [3, 1, 2, 40, 33, 1, 600],
+        4,
+        4,
+        64,
+        32,
+        torch.float16,
+        False,
+        (32, 1, 1, True, 1, True),
+        False,
+        {"sms": 1, "BALANCED_STREAM": True, "STREAM_WAVES": 2, "FUSE_MAX_PARTITIONS": 0},
+    ),
 ]
 
 
@@ -177,6 +216,8 @@ def run_case(case) -> float:
             assert len(triton_impl._plans) == 1, f"call {call}: plan not reused"
             (plan,) = triton_impl._plans.values()
             assert plan.partition.constexprs["BALANCED"] is bool(sms), "balanced"
+            stream = bool(sms) and launch_tables.BALANCED_STREAM and len(lens) > 1
+            assert plan.partition.constexprs["STREAM"] is stream, "stream"
             err = _check(a, lens, dtype, plan.partition.constexprs["PART"] == 512 and not sms)
     finally:
         for name, value in saved.items():
@@ -232,11 +273,18 @@ def run_empty_sequence_case() -> float:
     lens = [700, 0, 1300, 5]
     worst = 0.0
     balanced_config = LaunchConfig(32, 1, 1, True, 1, True)
-    for fuse, sms in ((True, 0), (False, 0), (False, 2)):
+    for fuse, sms, stream in (
+        (True, 0, False),
+        (False, 0, False),
+        (False, 2, False),
+        (False, 2, True),
+    ):
         a = make_inputs([700, 1, 1300, 5], 8, 2, 64, 16, torch.bfloat16, "cpu", seed=3)
         a["seq_lens"] = torch.tensor(lens, dtype=torch.int32)
         saved = triton_impl.FUSE_MAX_PARTITIONS
         triton_impl.FUSE_MAX_PARTITIONS = 4 if fuse else 0
+        saved_stream = launch_tables.BALANCED_STREAM
+        launch_tables.BALANCED_STREAM = stream
         triton_impl._plans.clear()
         triton_impl._sm_counts[torch.device("cpu")] = sms
         try:
@@ -246,8 +294,10 @@ def run_empty_sequence_case() -> float:
             assert plan.partition.constexprs["COMPACT"] is not sms
             assert plan.partition.constexprs["BALANCED"] is bool(sms)
             assert plan.partition.constexprs["FUSED"] is fuse
+            assert plan.partition.constexprs["STREAM"] is stream
         finally:
             triton_impl.FUSE_MAX_PARTITIONS = saved
+            launch_tables.BALANCED_STREAM = saved_stream
             triton_impl._sm_counts.pop(torch.device("cpu"), None)
         assert torch.equal(a["out"][1], torch.zeros_like(a["out"][1])), "empty sequence"
         keep = [0, 2, 3]

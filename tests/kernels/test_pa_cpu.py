@@ -910,7 +910,7 @@ def test_plan_group_chunks_and_grids(tf, heads, kv_heads, g_pad, n_gc):
     assert (part["HEAD_SIZE"], part["D_PAD"], part["X"], part["BLOCK_SIZE"]) == (80, 128, 8, 16)
     assert (part["TILE"], part["PREFETCH"], part["EARLY_V"], part["K_3D"]) == (32, 1, True, True)
     assert plan.partition.options == {"num_warps": 2, "num_stages": 1}
-    assert plan.reduce.grid == (3 * heads, 128 // 32, 1)
+    assert plan.reduce.grid == (3 * heads, 1, 1)  # a batch: (sequence, head), whole head
     assert plan.part_strides[:3] == (3, kv_heads, n_gc)
 
 
@@ -927,10 +927,25 @@ def test_plan_constants(tf, monkeypatch):
     no_k3d = tf._Plan(_decode_call(), lt.K3D_CONFIGS[128], False)
     assert no_k3d.partition.constexprs["K_3D"] is False  # Triton without tl.permute
     red = bf16.reduce.constexprs
-    assert red["SINGLE_PASS"] is True and red["P_MAX"] == 16 and red["D_BLK"] == 32
+    assert red["SINGLE_PASS"] is True and red["P_MAX"] == 2 and red["D_BLK"] == 128
+    one = tf._Plan(_decode_call(lens=(700,)), lt.K3D_CONFIGS[128], True).reduce.constexprs
+    assert one["SINGLE_PASS"] is True and one["P_MAX"] == 16 and one["D_BLK"] == 32
     monkeypatch.setattr(tf, "REDUCE_SINGLE_PASS_MAX", 1)
     chunked = tf._Plan(_decode_call(), lt.K3D_CONFIGS[128], True)
     assert chunked.reduce.constexprs["SINGLE_PASS"] is False  # 2 partitions > 1
+
+
+def test_reduce_tile(tf):
+    # One sequence: four-warp slices of the head, every partition in one load up to 512.
+    assert tf.reduce_tile(1, 132, 128) == (256, 32, True, 4)
+    assert tf.reduce_tile(1, 300, 128) == (512, 16, True, 4)
+    assert tf.reduce_tile(1, 600, 128) == (256, 16, False, 4)
+    # A batch: one-warp (sequence, head) programs over the whole head, <= 32 partials per
+    # load.
+    assert tf.reduce_tile(64, 8, 128) == (8, 128, True, 1)  # 64 x 4K, vLLM's partitions
+    assert tf.reduce_tile(16, 256, 128) == (32, 128, False, 1)  # the ragged batch, balanced
+    assert tf.reduce_tile(8, 32, 256) == (32, 128, True, 1)  # head 256: two slices
+    assert tf.reduce_tile(3, 1, 64) == (2, 64, True, 1)
 
 
 class _FakeCompiled:
@@ -982,7 +997,7 @@ def test_launch_plain_then_compiled_fast_path(tf, monkeypatch):
     assert args[4] is c.out  # not fused: a placeholder for the counters
     assert args[9] is c.seq_lens and args[10] is c.seq_lens  # no ALiBi: a placeholder
     ((rgrid, rargs, rkwargs),) = red.launches
-    assert rgrid == (2 * 8, 4, 1) and rargs[0] is c.out and rkwargs["num_warps"] == 4
+    assert rgrid == (2 * 8, 1, 1) and rargs[0] is c.out and rkwargs["num_warps"] == 1
     tf._launch(c, config, True)  # same plan: the compiled handles, positional constexprs
     assert len(part.launches) == 1 and len(red.launches) == 1
     plan = next(iter(tf._plans.values()))
@@ -1102,14 +1117,20 @@ def test_small_chunks_use_our_scratch_not_vllms_buffers(tf, monkeypatch, chunk):
 
 def test_balanced_budget_rule(monkeypatch):
     """Full items per (kv head, group chunk): one wave of the config's programs for one
-    sequence, two for a batch of up to BALANCED_MAX_SEQS; 0 (the chunk rule) where the
-    config's residency was not measured, a chunk is explicit or the SM count unknown."""
+    sequence, one wave of stream ranges for a batch of up to STREAM_MAX_SEQS (items: two
+    waves for up to BALANCED_MAX_SEQS); 0 (the chunk rule) where the config's residency
+    was not measured, a chunk is explicit or the SM count unknown."""
     lt = launch_tables
     many = lt.K3D_MANY_PROGRAMS_CONFIG
     assert lt.balanced_budget(many, 16, 128, 132, 8, 1) == 132
     assert lt.balanced_budget(many, 16, 128, 132, 4, 1) == 264
-    assert lt.balanced_budget(many, 16, 128, 132, 8, 16) == 264
-    assert lt.balanced_budget(many, 16, 128, 132, 8, lt.BALANCED_MAX_SEQS + 1) == 0
+    assert lt.balanced_budget(many, 16, 128, 132, 8, 16) == 132
+    assert lt.balanced_budget(many, 16, 128, 132, 8, lt.STREAM_MAX_SEQS) == 132
+    assert lt.balanced_budget(many, 16, 128, 132, 8, lt.STREAM_MAX_SEQS + 1) == 0
+    with monkeypatch.context() as m:
+        m.setattr(lt, "BALANCED_STREAM", False)
+        assert lt.balanced_budget(many, 16, 128, 132, 8, 16) == 264
+        assert lt.balanced_budget(many, 16, 128, 132, 8, lt.BALANCED_MAX_SEQS + 1) == 0
     assert lt.balanced_budget(many._replace(chunk=256), 16, 128, 132, 8, 1) == 0
     assert lt.balanced_budget(many, 16, 128, 0, 8, 1) == 0
     assert lt.balanced_budget(lt.K3D_CONFIGS[128], 16, 128, 132, 8, 1) == 0
@@ -1120,25 +1141,31 @@ def test_balanced_budget_rule(monkeypatch):
     assert lt.balanced_budget(lt.K3D_CONFIGS[256], 16, 256, 132, 2, 1) == 198
     monkeypatch.setattr(lt, "BALANCED_WAVES", 0)
     assert lt.balanced_budget(many, 16, 128, 132, 8, 1) == 0
+    assert lt.balanced_budget(many, 16, 128, 132, 8, 16) == 0
 
 
-@pytest.mark.parametrize("lens", [(700, 3, 1100), (5000,)])
-def test_balanced_plan_grid_and_item_buffers(tf, monkeypatch, lens):
-    """A balanced plan: budget + sequences items per kv head in the grid; partials in our
-    buffer, one slot per item shared by every sequence (stride 0), which the reduce kernel
-    reads with the same budget; one sequence needs no lengths' vector."""
+@pytest.mark.parametrize(
+    "lens,stream", [((700, 3, 1100), True), ((700, 3, 1100), False), ((5000,), True)]
+)
+def test_balanced_plan_grid_and_item_buffers(tf, monkeypatch, lens, stream):
+    """A balanced plan: budget + sequences items per kv head in the grid (a batch's
+    stream: budget ranges); partials in our buffer, one slot per item shared by every
+    sequence (stride 0), which the reduce kernel reads with the same budget; one sequence
+    needs no lengths' vector."""
     part, red = _fake_kernels(tf, monkeypatch)
     monkeypatch.setattr(tf, "COMPACT_MAX_SEQS", 256)
     monkeypatch.setattr(tf, "sm_count", lambda device: 4)
+    monkeypatch.setattr(launch_tables, "BALANCED_STREAM", stream)
     c = _decode_call(lens=lens)
     tf._launch(c, launch_tables.K3D_MANY_PROGRAMS_CONFIG, True)
     (plan,) = tf._plans.values()
     n = len(lens)
-    budget = 8 * 4 * (1 if n == 1 else 2) // 2
+    budget = 8 * 4 * (1 if n == 1 or stream else 2) // 2
     assert plan.budget == budget
     grid, args, kwargs = part.launches[-1]
-    assert grid == (2 * (budget + n), 1, 1)
+    assert grid == (2 * (budget + (0 if stream and n > 1 else n)), 1, 1)
     assert kwargs["BALANCED"] is True and kwargs["COMPACT"] is False
+    assert kwargs["STREAM"] is (stream and n > 1)
     assert kwargs["NS_PAD"] == (1 if n == 1 else 4)
     assert kwargs["PART"] == launch_tables.BALANCED_MIN_CHUNK and kwargs["ALIGN"] == 32
     es, ml, tmp = args[:3]

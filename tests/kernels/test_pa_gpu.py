@@ -475,11 +475,11 @@ def test_pre_triton3_wide_groups(monkeypatch, fresh_plans, many):
 
 @pytest.mark.parametrize("chunked", [False, True])
 def test_triton_reduce_chunked_and_single_pass(monkeypatch, fresh_plans, chunked):
-    """Both reduce variants: all partitions in one load, and the chunked loop (forced here;
-    by default it runs only past REDUCE_SINGLE_PASS_MAX partitions)."""
+    """Both reduce variants over a batch: all partitions in one load (a tile wide enough
+    for 79 of them, forced here) and the chunked loop (this batch's default)."""
     ti = _triton_impl()
-    if chunked:
-        monkeypatch.setattr(ti, "REDUCE_SINGLE_PASS_MAX", 0)
+    if not chunked:
+        monkeypatch.setattr(ti, "REDUCE_BATCH_ROWS", 512)
     a = make_inputs([40_000, 1, 513, 17_000], 32, 8, 128, 16, torch.bfloat16, "cuda", seed=31)
     _run_and_check(a, torch.bfloat16)
     (plan,) = fresh_plans.values()
@@ -613,11 +613,16 @@ def test_empty_sequence_inside_a_batch(monkeypatch, fresh_plans, fused):
     ],
     ids=["one", "ragged", "head256", "head256-fp16"],
 )
-def test_balanced_items(fresh_plans, lens, heads, head_size, dtype):
+@pytest.mark.parametrize("stream", [False, True], ids=["items", "stream"])
+def test_balanced_items(monkeypatch, fresh_plans, lens, heads, head_size, dtype, stream):
     """Balanced items (length from the lengths' total, on the device): junk in the table
     past every sequence's end, every output row against the float64 reference; head 256
-    with one sequence takes its two-warp config."""
+    with one sequence takes its two-warp config.  ``stream``: a batch cut into equal
+    token ranges across sequence ends."""
     ti = _triton_impl()
+    if stream and len(lens) == 1:
+        pytest.skip("one sequence: a stream is its items")
+    monkeypatch.setattr(launch_tables, "BALANCED_STREAM", stream)
     a = make_inputs(lens, *heads, head_size, 16, dtype, "cuda", seed=71)
     for s, n in enumerate(a["seq_lens"].tolist()):
         a["block_tables"][s, -(-n // 16) :] = -1
@@ -628,16 +633,22 @@ def test_balanced_items(fresh_plans, lens, heads, head_size, dtype):
     if not ti.k3d_enabled():
         pytest.skip("balanced items follow the k3d config's residency (Triton >= 3)")
     assert plan.partition.constexprs["BALANCED"] is True
+    assert plan.partition.constexprs["STREAM"] is stream
     if head_size == 256:
         assert plan.config == launch_tables.K3D_BALANCED_HEAD256_CONFIG
 
 
-@pytest.mark.parametrize("lens", [[40_000], [9000, 3, 20_000, 517]], ids=["one", "batch"])
-def test_balanced_items_follow_new_lengths_in_a_graph(fresh_plans, lens):
+@pytest.mark.parametrize(
+    "lens,stream",
+    [([40_000], False), ([9000, 3, 20_000, 517], False), ([9000, 3, 20_000, 517], True)],
+    ids=["one", "batch", "stream"],
+)
+def test_balanced_items_follow_new_lengths_in_a_graph(monkeypatch, fresh_plans, lens, stream):
     """A CUDA graph captured at some lengths and replayed at others (vLLM's decode step):
     the item length is recomputed on the device at every replay, so shorter and longer
     sequences (up to the captured maximum) are each correct."""
     ti = _triton_impl()
+    monkeypatch.setattr(launch_tables, "BALANCED_STREAM", stream)
     a = make_inputs(lens, 32, 8, 128, 16, torch.bfloat16, "cuda", seed=72)
     args = _positional(a)
     dispatch.paged_attention_v2(*args)  # warm-up: compile outside the capture
