@@ -10,9 +10,11 @@ buffers (``tmp_out`` normalized by the partition's own exp-sum, ``exp_sums``,
 second kernel reduces them into ``out``.  A batch of several sequences numbers only the
 chunks that exist (COMPACT); a short sequence called eagerly is one launch, the last
 chunk of each kv head merging the others (FUSED).  Where the config's programs per SM are
-known, one sequence or a batch of a few is cut into balanced items instead (BALANCED):
-one item length for the whole call, computed on the device from the lengths' total, so
-that the full items fill whole waves of the GPU whatever the lengths.
+known, one sequence is cut into balanced items instead (BALANCED): one item length for
+the whole call, computed on the device from the length, so that the items fill one wave
+of the GPU; a batch is laid end to end and cut into equal token ranges, a range crossing
+sequence ends where it falls there (STREAM), so every program carries the same work
+whatever the lengths.
 
 Only Triton 2.1 language features: tl.dot, masked tl.load/tl.store, tl.max/tl.sum,
 tl.cumsum, tl.exp, tl.where, tl.arange, tl.zeros, atomics, constexpr.  fp32 caches use a
@@ -378,7 +380,8 @@ def _pa_v2_partition_kernel(
     # v25: 147.1 -> 124.2 us on the 16-sequence ragged batch).
     # BALANCED: the same one axis, but the items' length comes from the lengths' total
     # (_balanced_chunk), so the full items fill ``budget`` programs per (kv head, group
-    # chunk) whatever the batch; partials go to slot = item in a buffer of ours.
+    # chunk) whatever the batch; partials go to slot = item in a buffer of ours.  STREAM
+    # (a batch): budget equal ranges of the sequences laid end to end (below).
     num_hg = num_kv_heads * num_group_chunks
     pid = tl.program_id(0)
     hg = pid % num_hg
