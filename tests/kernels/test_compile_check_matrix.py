@@ -80,9 +80,14 @@ def test_recorded_launches_cover_every_kernel_variant(check):
     # The matrix reaches the fused merge, both reduce variants, and both grids.
     assert fused and single and chunked
     assert compact and compact != set(check.LENS)
-    # Balanced items, for one sequence (no lengths' vector) and for a batch.
+    # Balanced items for one sequence (no lengths' vector), a batch as one stream.
+    stream = set()
     for case in check.cases(False):
         if case[6] == "k3d-many" and case[0] <= 128 and case[4] == (8, 2):
-            if check.record_launches(case)[0][2]["BALANCED"]:
+            part_kwargs = check.record_launches(case)[0][2]
+            if part_kwargs["BALANCED"]:
                 balanced.add(case[5])
+            if part_kwargs["STREAM"]:
+                stream.add(case[5])
     assert {(5000,), check.LENS[2]} <= balanced
+    assert check.LENS[2] in stream and (5000,) not in stream
