@@ -396,9 +396,9 @@ def _pa_v2_partition_kernel(
         padded = (lens + ALIGN - 1) // ALIGN * ALIGN
         ends = tl.cumsum(padded, 0)
         starts = ends - padded
-        part_len = _balanced_chunk(tl.sum(padded, 0), budget, ALIGN, PART)
-        item = pid // num_hg
         total = tl.sum(padded, 0)
+        part_len = _balanced_chunk(total, budget, ALIGN, PART)
+        item = pid // num_hg
         lo = item * part_len
         hi = tl.minimum(lo + part_len, total)  # past the end: no sequence, no work
         first = tl.sum((ends <= lo).to(tl.int32), 0)
@@ -520,8 +520,9 @@ def _pa_v2_reduce_kernel(
     NS_PAD: tl.constexpr,
     STREAM: tl.constexpr,
 ):
-    # One program per (sequence, head, D_BLK slice of the head): many programs even for
-    # one sequence, and short dependent chains (the max over partitions in one load).
+    # One program per (sequence, head, D_BLK slice of the head; reduce_tile): for one
+    # sequence many four-warp programs over slices, for a batch one-warp programs over
+    # the whole head; short dependent chains (P_MAX partials per load).
     # BALANCED: a sequence's partials are the items first .. first + num_parts - 1 of the
     # partition kernel's numbering, recomputed here from the lengths the same way.
     pid = tl.program_id(0)
@@ -932,7 +933,7 @@ def reduce_tile(num_seqs: int, n_chunks: int, d_pad: int) -> Tuple[int, int, boo
     partition in one load up to REDUCE_SINGLE_PASS_MAX (many programs, one round trip).
     A batch: one-warp programs per (sequence, head) over the whole head where REDUCE_TILE
     values allow, at most REDUCE_BATCH_ROWS partials per load, longer sequences looping.
-    Run v34-v36 (H200): the reduce of the ragged batch took 9.8 us and 64 x 4K 10.8-12.4
+    Runs v35-v37 (H200): the reduce of the ragged batch took 9.8 us and 64 x 4K 10.8-12.4
     us with four-warp programs (per slice, or per head), 5.9 and 3.0 us with this; one
     sequence's four-warp slices 2.8 us at 1 x 32K against 4.0 us on one warp.
     """
@@ -942,7 +943,7 @@ def reduce_tile(num_seqs: int, n_chunks: int, d_pad: int) -> Tuple[int, int, boo
             return max(16, _next_pow2(n_chunks)), d_blk, True, 4
         return REDUCE_TILE // d_blk, d_blk, False, 4
     rows = max(2, min(_next_pow2(n_chunks), REDUCE_BATCH_ROWS))
-    if n_chunks > REDUCE_SINGLE_PASS_MAX:  # the loop forced (tests)
+    if n_chunks > REDUCE_SINGLE_PASS_MAX:  # a cap on a batch's load too (tests force loops)
         rows = min(rows, max(2, _next_pow2(REDUCE_SINGLE_PASS_MAX)))
     d_blk = min(d_pad, max(16, REDUCE_TILE // rows))
     return rows, d_blk, n_chunks <= min(rows, REDUCE_SINGLE_PASS_MAX), REDUCE_BATCH_WARPS
