@@ -12,6 +12,7 @@ from vllm_codemod.kernels import dispatch, reference  # noqa: E402
 from vllm_codemod.tuning.measure import (  # noqa: E402
     DecodeKernels,
     DecodeTuner,
+    batch_lengths,
     batch_sizes,
     length_grid,
     measure_decode,
@@ -153,6 +154,27 @@ def test_fastest_correct_candidate_wins_and_the_rest_are_listed(monkeypatch):
     assert point["default"]["us"] == 50.0 and point["default"]["config"] == list(DEFAULT)
     # without graphs the vendor kernel (50 us eager) beats FAST (60 us)
     assert point["eager_winner"] == {"backend": "v1", "config": None, "us": 50.0}
+
+
+def test_a_batch_point_times_a_ragged_batch(monkeypatch):
+    """A batch is timed with lengths rising evenly to the point's length (a server's
+    batches are ragged); one sequence at the length itself."""
+    assert batch_lengths(1, 600) == [600]
+    assert batch_lengths(4, 600) == [150, 300, 450, 600]
+    assert batch_lengths(3, 2) == [1, 1, 2]
+    import vllm_codemod.tuning.measure as measure
+
+    seen = []
+    real = measure.make_decode_case
+
+    def spy(shape, seq_lens, device, **kwargs):
+        seen.append(list(seq_lens))
+        return real(shape, seq_lens, device, **kwargs)
+
+    monkeypatch.setattr(measure, "make_decode_case", spy)
+    tuner, _ = _tuner()
+    assert tuner.measure_point(SHAPE, 4, 600) is not None
+    assert seen == [[150, 300, 450, 600]]
 
 
 def test_noise_never_moves_the_choice_off_the_default(monkeypatch):

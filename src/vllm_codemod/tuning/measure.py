@@ -47,6 +47,15 @@ def batch_sizes(max_num_seqs: int) -> List[int]:
     return [1] if max_num_seqs <= 1 else [1, min(max_num_seqs, 16)]
 
 
+def batch_lengths(num_seqs: int, length: int) -> List[int]:
+    """Sequence lengths of a timed point: one sequence of ``length`` tokens, or a batch
+    whose lengths rise evenly to ``length`` (1/n, 2/n, ... of it).  A server's batches are
+    ragged, and the kernels treat ragged and uniform batches differently (a uniform batch
+    favours per-sequence chunks, a ragged one the balanced stream: docs/kernel-notes.md,
+    session 7), so a uniform batch would tune for traffic that rarely comes."""
+    return [max(1, length * (i + 1) // num_seqs) for i in range(num_seqs)]
+
+
 def plan_points(deployment: Deployment) -> List[Tuple[Shape, int, int]]:
     """(shape, num_seqs, length), round-robin over shapes so a budget cut spreads evenly."""
     points = []
@@ -256,7 +265,9 @@ class DecodeTuner:
             self.k.skipped.append(f"decode {shape.label()} {num_seqs}x{length}: {too_big}")
             return None
         try:
-            cases = make_decode_case(shape, [length] * num_seqs, self.device, copies=COPIES)
+            cases = make_decode_case(
+                shape, batch_lengths(num_seqs, length), self.device, copies=COPIES
+            )
         except (RuntimeError, MemoryError) as exc:  # torch's OutOfMemoryError is a RuntimeError
             self.k.skipped.append(
                 f"decode {shape.label()} {num_seqs}x{length}: no memory for the inputs "
