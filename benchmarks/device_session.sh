@@ -9,6 +9,7 @@
 #   BENCH_ARGS  extra arguments for bench_paged_attention.py (e.g. "--shapes 1x100K/32-8/128")
 #   PROFILES    space-separated shape:config pairs for ncu (config as in
 #               profile_partition.py, or "default")
+#   TIMELINE    0 skips benchmarks/timeline.py (kernel durations and gaps per shape)
 # Usage: OUT=/some/dir bash benchmarks/device_session.sh
 set -u
 export PYTHONUNBUFFERED=1
@@ -48,6 +49,11 @@ step bench 150 python3 benchmarks/bench_paged_attention.py --json "$OUT/bench.js
 grep -v '^{' "$OUT/bench.log" | tail -40
 step host 45 python3 benchmarks/bench_paged_attention.py --host --json "$OUT/host.json"
 cat "$OUT/host.log"
+# Where each shape's time goes in the 20-call graph (kernel durations and gaps).
+if [ "${TIMELINE:-1}" != 0 ]; then
+  step timeline 60 python3 benchmarks/timeline.py --parts profile --json "$OUT/timeline.json"
+  tail -16 "$OUT/timeline.log"
+fi
 
 for prof in ${PROFILES:-}; do
   shape=${prof%%:*}; cfg=${prof#*:}

@@ -101,6 +101,16 @@ class _NoLaunch:
         pass
 
 
+def summary(prof) -> str:
+    """One line of kernel_timeline's result: each kernel's median duration, and the
+    median gap before it."""
+    if "error" in prof:
+        return f"profile: {prof['error']}"
+    times = ", ".join(f"{k} {v:.2f} us" for k, v in prof["kernels"].items())
+    gaps = ", ".join(f"{k} {v:.2f} us" for k, v in prof["gap_before"].items())
+    return f"kernels: {times}; gaps before: {gaps}"
+
+
 def without(fns, kind):
     """The same calls with one of the plan's launches left out (timing only)."""
     for fn in fns:
@@ -183,7 +193,7 @@ def main() -> None:
         print(f"{name}: chain {row['chain_us']:.1f} us", flush=True)
         if "profile" in parts:
             row["profile"] = kernel_timeline(fns)
-            print(f"  profile {row['profile']}", flush=True)
+            print(f"  {summary(row['profile'])}", flush=True)
         if "parts" in parts:
             row["no_reduce_us"] = without(fns, "reduce")
             row["no_partition_us"] = without(fns, "partition")
