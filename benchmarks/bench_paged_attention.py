@@ -191,14 +191,19 @@ def one_call_graph_us(fn):
     return bench(graph.replay) * 1e3
 
 
-def chain_us(fns, n=CHAIN):
-    """Per call, n calls captured back to back in one graph, cycling through fns."""
+def chain_graph(fns, n=CHAIN):
+    """n calls captured back to back in one CUDA graph, cycling through fns."""
     _warm(fns)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         for i in range(n):
             fns[i % len(fns)]()
-    return bench(graph.replay, warmup=5, rep=80) * 1e3 / n
+    return graph
+
+
+def chain_us(fns, n=CHAIN):
+    """Per call, n calls captured back to back in one graph, cycling through fns."""
+    return bench(chain_graph(fns, n).replay, warmup=5, rep=80) * 1e3 / n
 
 
 def entry(a):

@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 import triton
 import triton.language as tl
-from bench_paged_attention import CHAIN, SHAPES, chain_us, copy_bandwidth, entry, make
+from bench_paged_attention import CHAIN, SHAPES, chain_graph, chain_us, copy_bandwidth, entry, make
 
 from vllm_codemod.kernels import launch_tables
 from vllm_codemod.kernels import triton_impl as ti
@@ -49,25 +49,14 @@ def _empty(out_ptr):
     tl.store(out_ptr + tl.program_id(0), 0.0)
 
 
-def _graph(fns, n=CHAIN):
-    for fn in fns:
-        fn()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for i in range(n):
-            fns[i % len(fns)]()
-    graph.replay()
-    torch.cuda.synchronize()
-    return graph
-
-
 def kernel_timeline(fns, replays=5):
     """Median kernel durations by name and median gaps between consecutive kernels
     (named by the kernel that follows), from the profiler's device-side stamps."""
     from torch.profiler import ProfilerActivity, profile
 
-    graph = _graph(fns)
+    graph = chain_graph(fns)
+    graph.replay()
+    torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(replays):
             graph.replay()

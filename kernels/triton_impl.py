@@ -359,6 +359,15 @@ def _balanced_chunk(total, budget, ALIGN: tl.constexpr, MIN_CHUNK: tl.constexpr)
 
 
 @triton.jit
+def _stream_layout(lens, budget, ALIGN: tl.constexpr, MIN_CHUNK: tl.constexpr):
+    # A batch as one stream (STREAM): the lengths padded to whole ALIGN units (so every cut
+    # falls on a tile and block boundary of its sequence) and the range length, the same
+    # in the partition and the reduce kernel.
+    padded = (lens + ALIGN - 1) // ALIGN * ALIGN
+    return padded, _balanced_chunk(tl.sum(padded, 0), budget, ALIGN, MIN_CHUNK)
+
+
+@triton.jit
 def _pa_v2_partition_kernel(
     exp_sums_ptr, max_logits_ptr, tmp_out_ptr, out_ptr, counters_ptr, q_ptr, k_cache_ptr,
     v_cache_ptr, block_tables_ptr, seq_lens_ptr, alibi_ptr, scale, num_seqs, num_kv_heads,
@@ -393,11 +402,10 @@ def _pa_v2_partition_kernel(
         # writes slot range + j, so the slots of one sequence are consecutive.
         sidx = tl.arange(0, NS_PAD)
         lens = tl.load(seq_lens_ptr + sidx, mask=sidx < num_seqs, other=0)
-        padded = (lens + ALIGN - 1) // ALIGN * ALIGN
+        padded, part_len = _stream_layout(lens, budget, ALIGN, PART)
         ends = tl.cumsum(padded, 0)
         starts = ends - padded
         total = tl.sum(padded, 0)
-        part_len = _balanced_chunk(total, budget, ALIGN, PART)
         item = pid // num_hg
         lo = item * part_len
         hi = tl.minimum(lo + part_len, total)  # past the end: no sequence, no work
@@ -536,8 +544,7 @@ def _pa_v2_reduce_kernel(
     if STREAM:  # the ranges that cross this sequence: slots first + seq onwards
         sidx = tl.arange(0, NS_PAD)
         lens = tl.load(seq_lens_ptr + sidx, mask=sidx < num_seqs, other=0)
-        padded = (lens + ALIGN - 1) // ALIGN * ALIGN
-        part_len = _balanced_chunk(tl.sum(padded, 0), budget, ALIGN, PART)
+        padded, part_len = _stream_layout(lens, budget, ALIGN, PART)
         seq_start = tl.sum(tl.where(sidx < seq, padded, 0), 0)
         seq_len = tl.sum(tl.where(sidx == seq, lens, 0), 0)
         first = seq_start // part_len
