@@ -20,8 +20,10 @@ and the K+V bytes (counted once) as a % of the copy bandwidth.  Times are median
 tile, warps, stages, early V, prefetch, k3d), forced through ``set_config_override``.
 --host: the entry point's host cost, 1000 back-to-back eager calls of
 ``dispatch.paged_attention_v2(*vLLM's positional arguments)`` at one 1024-token sequence
-(32/8 heads, head 128), with the compiled-launcher fast path on and off: us per call to
-enqueue, and wall time to the last kernel's end.
+(32/8 heads, head 128; one launch) and at 4096 tokens (two launches), with the
+compiled-launcher fast path on and off: us per call to enqueue, and wall time to the last
+kernel's end; beside the same process's floors (host_floors.py: a torch op, an empty
+20-argument Triton kernel launched plainly and through its compiled handle).
 """
 
 from __future__ import annotations
@@ -352,25 +354,39 @@ def host_us(fn, calls):
 
 
 def host_cost():
-    """us per call of back-to-back eager entry-point calls, fast path on and off."""
+    """us per call of back-to-back eager entry-point calls, fast path on and off, at
+    HOST_SHAPE (one launch) and at 4096 tokens (two launches), beside the same process's
+    floors (host_floors.py): three rounds each, interleaved, medians."""
+    from host_floors import floors
+
     from vllm_codemod.kernels import triton_impl
 
-    a = make(*HOST_SHAPE)
-    fn = entry(a)
+    fns = {}
+    for tokens in (HOST_SHAPE[0][0], 4096):
+        fns[tokens] = entry(make([tokens], *HOST_SHAPE[1:]))
     saved = triton_impl._fast["enabled"]
-    rows = {}
+    runs = {}
     try:
-        for label, fast in (("entry_fast", saved), ("entry_plain", False)):
-            triton_impl._fast["enabled"] = fast
-            enqueue, wall = host_us(fn, HOST_CALLS)
-            rows[label] = {"fast_path": fast, "enqueue_us": enqueue, "wall_us": wall}
-            print(
-                f"host {label:<12} (fast path {'on' if fast else 'off'}): "
-                f"{enqueue:6.1f} us/call enqueue, {wall:6.1f} us/call wall",
-                flush=True,
-            )
+        for _ in range(3):
+            for tokens, fn in fns.items():
+                for label, fast in (("entry_fast", saved), ("entry_plain", False)):
+                    triton_impl._fast["enabled"] = fast
+                    runs.setdefault(f"{label} {tokens}", []).append(host_us(fn, HOST_CALLS))
+                triton_impl._fast["enabled"] = saved
+            for label, row in floors(host_us, HOST_CALLS).items():
+                runs.setdefault(label, []).append((row["enqueue_us"], row["wall_us"]))
     finally:
         triton_impl._fast["enabled"] = saved
+    rows = {}
+    for label, got in runs.items():
+        enqueue = statistics.median(e for e, _ in got)
+        wall = statistics.median(w for _, w in got)
+        rows[label] = {"enqueue_us": enqueue, "wall_us": wall, "runs": got}
+        print(
+            f"host {label:<18} {enqueue:6.1f} us/call enqueue, {wall:6.1f} us/call wall "
+            f"(median of {len(got)} x {HOST_CALLS})",
+            flush=True,
+        )
     return rows
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import time
 from pathlib import Path
 
@@ -268,6 +269,92 @@ def main():
             if "stream-waves" in parts:
                 variants += [(None, {"STREAM_WAVES": w}) for w in (2, 3)]
             rows += shape_rows(name, lens, nh, nkv, hs, bw, variants)
+            save()
+    if "seg8" in parts:  # session 8: the batch reduce's rows, residency, the two-warp config
+        # (run v41 also timed STREAM_SEG_TOKENS 32/96/256, and v42 the ragged lengths in
+        # four orders: the knob is on branch seg8, see docs/kernel-notes.md)
+        import random
+
+        rnd = random.Random(64)
+        extra = {
+            "ragged64/32-8/128": ([rnd.randint(1, 8192) for _ in range(64)], 32, 8, 128),
+            "ragged256/32-8/128": ([rnd.randint(1, 4096) for _ in range(256)], 32, 8, 128),
+            "short256/32-8/128": ([rnd.randint(1, 200) for _ in range(256)], 32, 8, 128),
+            "short64/32-8/128": ([rnd.randint(100, 600) for _ in range(64)], 32, 8, 128),
+        }
+        names = ("ragged16/32-8/128", "8x32K/32-8/128", "64x4K/32-8/128")
+        for name, (lens, nh, nkv, hs) in [(n, SHAPES[n]) for n in names] + list(extra.items()):
+            variants = [(None, {})]
+            variants.append((None, {"REDUCE_BATCH_ROWS": 64}))
+            variants.append((None, {"BALANCED_FORCE_SLOTS": 7}))
+            variants.append((H128[0], {"BALANCED_FORCE_SLOTS": 4}))
+            rows += shape_rows(name, lens, nh, nkv, hs, bw, variants)
+            save()
+    if "fuse8" in parts:  # session 8: eager one-launch calls up to 8 or 16 partitions
+        # Rounds interleaved across the limits (run v42 timed them one after another, and
+        # the first limit of every shape came out 15-30 us slower), medians of 3.
+        from bench_paged_attention import host_us
+
+        h = out.setdefault("fuse8", [])
+        limits = (4, 8, 16)
+
+        def gpu_us(fn, calls=200):
+            # The GPU's own time per eager call: a sleep kernel first, so the host has
+            # queued every call before the GPU reaches them (200 calls at <= 60 us of
+            # host time each: 12 ms, inside the sleep's ~16 ms).
+            torch.cuda.synchronize()
+            torch.cuda._sleep(30_000_000)
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(calls):
+                fn()
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end) * 1e3 / calls
+
+        def with_limit(most, fn):
+            saved = ti.FUSE_MAX_PARTITIONS
+            ti.FUSE_MAX_PARTITIONS = most
+            ti._plans.clear()
+            try:
+                return fn()
+            finally:
+                ti.FUSE_MAX_PARTITIONS = saved
+                ti._plans.clear()
+
+        for lens in ([2048], [4096], [6000], [8192], [3000, 5000]):
+            a = make(lens, 32, 8, 128)
+            fn = entry(a)
+            ref = reference64(a)
+            rows_of = {}
+            for most in limits:
+
+                def check(a=a, fn=fn, ref=ref):
+                    a["out"].fill_(float("nan"))
+                    fn()
+                    torch.cuda.synchronize()
+                    return rel(a["out"], ref), next(iter(ti._plans.values())).reduce is None
+
+                err, fused = with_limit(most, check)
+                rows_of[most] = dict(lens=lens, most=most, fused=fused, err=err, runs=[], gpu=[])
+            for _ in range(3):
+                for most in limits:
+                    row = rows_of[most]
+                    row["runs"].append(with_limit(most, lambda fn=fn: host_us(fn, 1000)))
+                    row["gpu"].append(with_limit(most, lambda fn=fn: gpu_us(fn)))
+            for most, row in rows_of.items():
+                row["enq"] = statistics.median(e for e, _ in row["runs"])
+                row["wall"] = statistics.median(w for _, w in row["runs"])
+                row["gpu_us"] = statistics.median(row["gpu"])
+                h.append(row)
+                print(
+                    f"  eager {str(lens):<14} FUSE_MAX_PARTITIONS {most:>2} "
+                    f"fused {int(row['fused'])} enqueue {row['enq']:6.1f} "
+                    f"wall {row['wall']:6.1f} GPU {row['gpu_us']:6.1f} us/call "
+                    f"err {row['err']:.1e}",
+                    flush=True,
+                )
             save()
     if "reduce7" in parts:  # session 7: the reduce's tile for one sequence; head-256 configs
 
