@@ -290,6 +290,25 @@ def main():
             variants.append((H128[0], {"BALANCED_FORCE_SLOTS": 4}))
             rows += shape_rows(name, lens, nh, nkv, hs, bw, variants)
             save()
+    if "slots8" in parts:  # session 8: the balanced wave planned for other residencies
+        # What `tune` now times on the target device (LaunchConfig.slots): on the H200 the
+        # tables' figures (8 one-warp programs per SM, 4 for head 256's two-warp config)
+        # should win, or the tables are wrong.
+        one = LC(32, 1, 1, True, 1, True)
+        two = LC(32, 2, 1, True, 1, True)
+        for name in (
+            "1x100K/32-8/128",
+            "1x100K/28-4/128",
+            "1x32K/32-8/128",
+            "1x100K/16-2/256",
+            "ragged16/32-8/128",
+            "8x32K/32-8/128",
+        ):
+            lens, nh, nkv, hs = SHAPES[name]
+            base, counts = (two, (2, 3, 6)) if hs == 256 else (one, (4, 6, 12))
+            variants = [(None, {})] + [(base._replace(slots=n), {}) for n in counts]
+            rows += shape_rows(name, lens, nh, nkv, hs, bw, variants)
+            save()
     if "fuse8" in parts:  # session 8: eager one-launch calls up to 8 or 16 partitions
         # Rounds interleaved across the limits (run v42 timed them one after another, and
         # the first limit of every shape came out 15-30 us slower), medians of 3.

@@ -20,7 +20,11 @@ class LaunchConfig(NamedTuple):
     ids and K/V one tile ahead (register double buffer); k3d: load K tiles in memory order,
     whole lines per load instruction (Triton >= 3.0; older Triton keeps the 2-D load);
     chunk: tokens per program (a power of two >= tile and <= 512; 512 writes vLLM's own
-    partition buffers), 0 = chosen by :func:`pick_chunk`.
+    partition buffers), 0 = chosen by :func:`pick_chunk`; slots: programs per SM that a
+    balanced launch (chunk 0) plans its one wave for, 0 = the figure measured for this
+    config on an H200 where there is one (:func:`balanced_slots`), else no balancing.
+    ``tune`` times other figures on the target device, whose register file and limits
+    set how many programs really share an SM.
     """
 
     tile: int
@@ -30,6 +34,7 @@ class LaunchConfig(NamedTuple):
     prefetch: int = 0
     k3d: bool = False
     chunk: int = 0
+    slots: int = 0
 
 
 # Triton >= 3.0 (K tiles loaded in memory order, runs v8-v9): (64,2,1) below 4096
@@ -98,7 +103,7 @@ _override: Optional[LaunchConfig] = None
 
 
 def set_config_override(config: Optional[Sequence]) -> None:
-    """Force one config (a LaunchConfig or a tuple of its 3-6 leading fields) for every
+    """Force one config (a LaunchConfig or a tuple of its 3-8 leading fields) for every
     launch; None restores the tables.  For tests, benchmarks and ``tune``."""
     global _override
     _override = None if config is None else LaunchConfig(*config)
@@ -176,10 +181,13 @@ BALANCED_FORCE_SLOTS = 0  # benchmarks: this many programs per SM for any config
 
 
 def balanced_slots(config: LaunchConfig, g_pad: int, d_pad: int) -> int:
-    """Programs per SM of ``config`` where it was measured for balanced items (its
-    register-limited residency, runs v25 and v29), else 0."""
+    """Programs per SM of ``config`` for balanced items: its own ``slots`` (a tuning
+    file's, measured on the target device), else where the config was measured on an
+    H200 (its register-limited residency, runs v25 and v29), else 0."""
     if BALANCED_FORCE_SLOTS:
         return BALANCED_FORCE_SLOTS
+    if config.slots:
+        return config.slots
     if g_pad > 16:
         return 0
     if d_pad <= 128 and config == K3D_MANY_PROGRAMS_CONFIG:

@@ -14,8 +14,10 @@ from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 SCHEMA_VERSION = 1
 BACKENDS = ("v1", "v2")
-#: LaunchConfig fields (kernels/triton_impl.py), in order; a table config holds 3 to 7.
-CONFIG_FIELDS = ("tile", "warps", "stages", "early_v", "prefetch", "k3d", "chunk")
+#: LaunchConfig fields (kernels/launch_tables.py), in order; a table config holds 3 to 8.
+CONFIG_FIELDS = ("tile", "warps", "stages", "early_v", "prefetch", "k3d", "chunk", "slots")
+#: Programs per SM a config's ``slots`` may ask for (the most blocks an NVIDIA SM holds).
+MAX_SLOTS = 32
 #: Triton warp counts a prefix-prefill launch accepts.
 VALID_WARPS = (1, 2, 4, 8, 16, 32)
 
@@ -226,8 +228,10 @@ def _decision(reader: _Reader, raw: Any, where: str) -> Decision:
     for i, (field, value) in enumerate(zip(CONFIG_FIELDS, config)):
         kind = bool if field in ("early_v", "k3d") else int
         reader.check(value, f"{where}.config[{i}] ({field})", kind)
-        if kind is int and value < (0 if field in ("prefetch", "chunk") else 1):
+        if kind is int and value < (0 if field in ("prefetch", "chunk", "slots") else 1):
             raise reader.fail(f"{where}.config[{i}] ({field})", f"out of range: {value}")
+        if field == "slots" and value > MAX_SLOTS:
+            raise reader.fail(f"{where}.config[{i}] ({field})", f"0-{MAX_SLOTS}, got {value}")
         if field == "chunk" and value and (value & (value - 1) or not 16 <= value <= 512):
             raise reader.fail(
                 f"{where}.config[{i}] ({field})", f"0 or a power of two 16-512, got {value}"

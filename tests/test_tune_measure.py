@@ -134,7 +134,7 @@ SHAPE = Shape(4, 2, 64, "float32")
 def test_fastest_correct_candidate_wins_and_the_rest_are_listed(monkeypatch):
     monkeypatch.setattr(
         "vllm_codemod.tuning.measure.v2_candidates",
-        lambda impl, default: [WRONG, BROKEN, K3D_FAILS, NOISE, FAST],
+        lambda impl, default, *where: [WRONG, BROKEN, K3D_FAILS, NOISE, FAST],
     )
     tuner, _ = _tuner(v1_speed=50.0)
     point = tuner.measure_point(SHAPE, 1, 600)
@@ -178,7 +178,9 @@ def test_a_batch_point_times_a_ragged_batch(monkeypatch):
 
 
 def test_noise_never_moves_the_choice_off_the_default(monkeypatch):
-    monkeypatch.setattr("vllm_codemod.tuning.measure.v2_candidates", lambda impl, default: [NOISE])
+    monkeypatch.setattr(
+        "vllm_codemod.tuning.measure.v2_candidates", lambda impl, default, *where: [NOISE]
+    )
     tuner, _ = _tuner()
     point = tuner.measure_point(SHAPE, 1, 600)
     assert point["winner"] == {"backend": "v2", "config": None, "us": 50.0}
@@ -202,7 +204,7 @@ def test_a_wrong_default_skips_the_shape():
 
 def test_budget_stops_measuring_and_keeps_what_was_measured(monkeypatch):
     monkeypatch.setattr(
-        "vllm_codemod.tuning.measure.v2_candidates", lambda impl, default: [FAST, NOISE]
+        "vllm_codemod.tuning.measure.v2_candidates", lambda impl, default, *where: [FAST, NOISE]
     )
     budget = Budget(3600)
     tuner, kernels = _tuner(budget=budget)
@@ -279,7 +281,9 @@ def test_candidates_from_the_real_tables(real_tables, shape, seqs, length):
 
 
 def test_a_k3d_fallback_of_the_default_stands_and_is_noted(monkeypatch):
-    monkeypatch.setattr("vllm_codemod.tuning.measure.v2_candidates", lambda impl, default: [FAST])
+    monkeypatch.setattr(
+        "vllm_codemod.tuning.measure.v2_candidates", lambda impl, default, *where: [FAST]
+    )
     tuner, kernels = _tuner()
     impl = tuner.k.dispatch.impl
     original = FakeDispatch.paged_attention_v2_with_path

@@ -130,7 +130,25 @@ def test_decide_batch_buckets_and_alibi():
         ),
         (
             lambda d: d["devices"][0]["decode"][0]["points"][1]["winner"].update(config=[64, 4]),
-            r"winner\.config: expected 3 to 7 fields",
+            r"winner\.config: expected 3 to 8 fields",
+        ),
+        (
+            lambda d: d["devices"][0]["decode"][0]["points"][1]["winner"].update(
+                config=[64, 4, 1, True, 0, True, 0, 6, 1]
+            ),
+            r"winner\.config: expected 3 to 8 fields",
+        ),
+        (
+            lambda d: d["devices"][0]["decode"][0]["points"][1]["winner"].update(
+                config=[64, 4, 1, True, 0, True, 0, -1]
+            ),
+            r"winner\.config\[7\] \(slots\): out of range: -1",
+        ),
+        (
+            lambda d: d["devices"][0]["decode"][0]["points"][1]["winner"].update(
+                config=[64, 4, 1, True, 0, True, 0, 33]
+            ),
+            r"winner\.config\[7\] \(slots\): 0-32, got 33",
         ),
         (
             lambda d: d["devices"][0]["decode"][0]["points"][1]["winner"].update(

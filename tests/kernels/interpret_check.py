@@ -185,6 +185,32 @@ CASES = [
         False,
         {"sms": 1, "BALANCED_STREAM": True, "STREAM_WAVES": 2, "FUSE_MAX_PARTITIONS": 0},
     ),
+    # A config's own slots (a tuning file's residency): Triton 2.x's 2-D one-warp config,
+    # never balanced by the H200 tables, balanced for one sequence and as a stream.
+    (
+        [3000],
+        8,
+        2,
+        64,
+        16,
+        torch.bfloat16,
+        False,
+        (16, 1, 1, False, 0, False, 0, 3),
+        False,
+        {"sms": 2},
+    ),
+    (
+        [40, 700, 3, 1000],
+        8,
+        2,
+        64,
+        16,
+        torch.float16,
+        True,
+        (16, 1, 1, False, 0, False, 0, 2),
+        False,
+        {"sms": 2, "FUSE_MAX_PARTITIONS": 0},
+    ),
 ]
 
 

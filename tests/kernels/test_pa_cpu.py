@@ -18,7 +18,13 @@ torch = pytest.importorskip("torch")  # the CPU suite runs without torch too
 from pa_helpers import make_inputs, rel_err, tolerance  # noqa: E402
 
 from vllm_codemod.kernels import call as call_mod  # noqa: E402
-from vllm_codemod.kernels import dispatch, launch_tables, paged_attention_v2, torch_impl  # noqa: E402
+from vllm_codemod.kernels import (  # noqa: E402
+    dispatch,
+    launch_tables,
+    paged_attention_v2,
+    torch_impl,
+    tuning_table,
+)
 from vllm_codemod.kernels.log import log as kernel_log  # noqa: E402
 from vllm_codemod.kernels.reference import reference_paged_attention, reference_partitions  # noqa: E402
 from vllm_codemod.kernels.signature import (  # noqa: E402
@@ -670,12 +676,13 @@ def _all_table_configs():
 
 def test_launch_table_entries_are_launchable():
     """Powers of two where Triton needs them; k3d only in the k3d tables; five fields plus
-    k3d and chunk (the old split field is gone); the tables leave the chunk to the rule."""
+    k3d, chunk and slots (the old split field is gone), as the tuning file reads them; the
+    tables leave the chunk to the rule and the residency to balanced_slots."""
     lt = launch_tables
-    fields = ("tile", "warps", "stages", "early_v", "prefetch", "k3d", "chunk")
-    assert lt.LaunchConfig._fields == fields
+    fields = ("tile", "warps", "stages", "early_v", "prefetch", "k3d", "chunk", "slots")
+    assert lt.LaunchConfig._fields == fields == tuning_table.CONFIG_FIELDS
     for config in _all_table_configs():
-        assert config.chunk == 0, config
+        assert config.chunk == 0 and config.slots == 0, config
         assert config.tile >= 16 and config.tile & (config.tile - 1) == 0, config
         assert config.tile <= PARTITION_SIZE and PARTITION_SIZE % config.tile == 0, config
         assert config.warps in (1, 2, 4, 8), config
@@ -1137,8 +1144,16 @@ def test_balanced_budget_rule(monkeypatch):
     assert lt.balanced_budget(many, 32, 128, 132, 8, 1) == 0
     assert lt.balanced_budget(many, 16, 256, 132, 8, 1) == 0
     assert lt.balanced_budget(many, 16, 128, 2, 64, 1) == 1  # never below one item
+    # A config's own slots (a tuning file's, measured on the target device) set the wave,
+    # also for a config the H200 never balanced (Triton 2.x's tables) or a wider group.
+    assert lt.balanced_budget(many._replace(slots=6), 16, 128, 132, 8, 1) == 99
+    assert lt.balanced_budget(lt.MID_PROGRAMS_CONFIG, 16, 128, 132, 8, 1) == 0
+    assert lt.balanced_budget(lt.MID_PROGRAMS_CONFIG._replace(slots=12), 16, 128, 132, 8, 1) == 198
+    assert lt.balanced_budget(many._replace(slots=4), 32, 128, 132, 8, 16) == 66
+    assert lt.balanced_budget(many._replace(slots=4, chunk=256), 16, 128, 132, 8, 1) == 0
     monkeypatch.setattr(lt, "BALANCED_FORCE_SLOTS", 3)
     assert lt.balanced_budget(lt.K3D_CONFIGS[256], 16, 256, 132, 2, 1) == 198
+    assert lt.balanced_budget(many._replace(slots=6), 16, 128, 132, 8, 1) == 49
     monkeypatch.setattr(lt, "BALANCED_WAVES", 0)
     assert lt.balanced_budget(many, 16, 128, 132, 8, 1) == 0
     assert lt.balanced_budget(many, 16, 128, 132, 8, 16) == 0
@@ -1175,6 +1190,27 @@ def test_balanced_plan_grid_and_item_buffers(tf, monkeypatch, lens, stream):
     _, rargs, rkwargs = red.launches[-1]
     assert rargs[1:4] == (es, ml, tmp) and rargs[5:7] == (n, budget)
     assert rkwargs["BALANCED"] is True and rkwargs["NS_PAD"] == kwargs["NS_PAD"]
+
+
+def test_a_configs_slots_balance_its_plan(tf, monkeypatch):
+    """A tuning file's config with ``slots`` (here Triton 2.x's 2-D one-warp config,
+    which the H200 never balanced) gets a balanced plan of slots x SMs programs, and
+    another slots count is another plan."""
+    part, _ = _fake_kernels(tf, monkeypatch)
+    monkeypatch.setattr(tf, "COMPACT_MAX_SEQS", 256)
+    monkeypatch.setattr(tf, "sm_count", lambda device: 4)
+    c = _decode_call(lens=(5000,))
+    config = launch_tables.MID_PROGRAMS_CONFIG
+    tf._launch(c, config, False)
+    assert next(iter(tf._plans.values())).budget == 0
+    tf._plans.clear()
+    tf._launch(c, config._replace(slots=6), False)
+    (plan,) = tf._plans.values()
+    assert plan.budget == 6 * 4 // 2 and plan.config.slots == 6
+    grid, _, kwargs = part.launches[-1]
+    assert grid == (2 * (12 + 1), 1, 1) and kwargs["BALANCED"] is True
+    tf._launch(c, config._replace(slots=3), False)
+    assert len(tf._plans) == 2
 
 
 def test_balanced_config_and_slots_at_head_256():

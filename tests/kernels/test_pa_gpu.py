@@ -639,6 +639,36 @@ def test_balanced_items(monkeypatch, fresh_plans, lens, heads, head_size, dtype,
 
 
 @pytest.mark.parametrize(
+    "config",
+    [
+        launch_tables.K3D_MANY_PROGRAMS_CONFIG._replace(slots=6),
+        launch_tables.MID_PROGRAMS_CONFIG._replace(slots=8),
+    ],
+    ids=["k3d-6", "2d-8"],
+)
+@pytest.mark.parametrize("lens", [[100_000], RAGGED], ids=["one", "ragged"])
+def test_a_configs_slots_plan_the_balanced_wave(fresh_plans, config, lens):
+    """A tuning file's config with ``slots`` (measured on the target device): balanced
+    with that many programs per SM, also Triton 2.x's 2-D one-warp config, which the
+    H200 tables never balance; every output row against the float64 reference."""
+    ti = _triton_impl()
+    if config.k3d and not ti.k3d_enabled():
+        pytest.skip("k3d config (Triton >= 3)")
+    a = make_inputs(lens, 32, 8, 128, 16, torch.bfloat16, "cuda", seed=73)
+    c = call_mod.build((), dict(a))
+    for _ in range(2):
+        a["out"].fill_(float("nan"))
+        ti.run(c, config)
+        torch.cuda.synchronize()
+        ref = reference_of(a, list(range(len(lens))), lens)
+        assert rel_err(a["out"], ref) < tolerance(torch.bfloat16)
+    (plan,) = fresh_plans.values()
+    sms = ti.sm_count(a["query"].device)
+    assert plan.partition.constexprs["BALANCED"] is True
+    assert plan.budget == config.slots * sms // 8
+
+
+@pytest.mark.parametrize(
     "lens,stream",
     [([40_000], False), ([9000, 3, 20_000, 517], False), ([9000, 3, 20_000, 517], True)],
     ids=["one", "batch", "stream"],

@@ -3,20 +3,21 @@
 The search is deliberately small (a budget of seconds to minutes per device): the config
 the built-in tables pick for the point, every config the tables hold for the current
 load path (k3d or 2-D), and single-step neighbours of the default (each explicit chunk
-size first, then tile, warps, stages, prefetch halved/doubled/toggled).  Anything the
+size first, then the balanced wave planned for other programs-per-SM figures, then tile,
+warps, stages, prefetch halved/doubled/toggled).  Anything the
 hardware cannot run (too much shared memory, too many registers) fails at compile or
 launch and is listed as skipped.
 """
 
 from __future__ import annotations
 
-from typing import Any, List, Tuple
+from typing import Any, List, Optional, Tuple
 
 from .shapes import Shape
 
 Config = Tuple[Any, ...]
 #: At most this many candidates besides the default, per point.
-MAX_CANDIDATES = 8
+MAX_CANDIDATES = 10
 TILES = (16, 32, 64, 128)
 WARPS = (1, 2, 4, 8)
 
@@ -62,11 +63,39 @@ def _table_configs(impl: Any) -> List[Config]:
 CHUNKS = (512, 256, 128)
 
 
-def _neighbours(impl: Any, base: Config) -> List[Config]:
+def _slots_now(impl: Any, config: Any, shape: Optional[Shape], num_seqs: int) -> Optional[int]:
+    """Programs per SM the kernels would balance ``config`` for at this point (0: not
+    balanced), or None where balancing cannot apply: a tree whose kernels have no
+    ``slots`` field, an explicit chunk, balancing off, or a batch past its limit."""
+    tables = getattr(impl, "launch_tables", None)
+    if shape is None or tables is None or "slots" not in config._fields or config.chunk:
+        return None
+    if not getattr(tables, "BALANCED_WAVES", 0) or num_seqs > getattr(tables, "STREAM_MAX_SEQS", 0):
+        return None
+    g_pad = impl.group_rows(shape.num_heads // shape.num_kv_heads)
+    return int(tables.balanced_slots(config, g_pad, max(16, _next_pow2(shape.head_size))))
+
+
+def _slot_counts(config: Any, now: int) -> List[int]:
+    """Other residencies to plan the balanced wave for: around the H200's figure, or for
+    a config never measured there (0, e.g. Triton 2.x's tables) two guesses by warps."""
+    if now:
+        counts = [now // 2, 3 * now // 4, 3 * now // 2]
+    else:
+        counts = [8 // config.warps, 16 // config.warps]
+    return [c for c in dict.fromkeys(counts) if c >= 1 and c != now]
+
+
+def _neighbours(
+    impl: Any, base: Config, shape: Optional[Shape] = None, num_seqs: int = 1
+) -> List[Config]:
     config = impl.LaunchConfig(*base)
     out = []
     if "chunk" in config._fields and not config.chunk:  # the chunk rule was measured on an H200
         out += [config._replace(chunk=c) for c in CHUNKS]
+    now = _slots_now(impl, config, shape, num_seqs)
+    if now is not None:  # so was the residency a balanced launch plans for
+        out += [config._replace(slots=n) for n in _slot_counts(config, now)]
     i = TILES.index(config.tile) if config.tile in TILES else None
     if i is not None:
         out += [config._replace(tile=TILES[j]) for j in (i - 1, i + 1) if 0 <= j < len(TILES)]
@@ -79,11 +108,14 @@ def _neighbours(impl: Any, base: Config) -> List[Config]:
     return [tuple(c) for c in out]
 
 
-def v2_candidates(impl: Any, default: Config) -> List[Config]:
-    """Candidates other than ``default``, most promising first, without duplicates."""
+def v2_candidates(
+    impl: Any, default: Config, shape: Optional[Shape] = None, num_seqs: int = 1
+) -> List[Config]:
+    """Candidates other than ``default``, most promising first, without duplicates;
+    with ``shape``, also the default balanced for other residencies (``slots``)."""
     seen = {tuple(impl.LaunchConfig(*default))}
     chosen: List[Config] = []
-    for config in _neighbours(impl, default) + _table_configs(impl):
+    for config in _neighbours(impl, default, shape, num_seqs) + _table_configs(impl):
         full = tuple(impl.LaunchConfig(*config))
         if full in seen:
             continue

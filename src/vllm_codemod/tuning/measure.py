@@ -303,7 +303,8 @@ class DecodeTuner:
         options: List[Tuple[str, Optional[Tuple[Any, ...]], Any]] = []
         if default_cfg is not None:
             options += [
-                ("v2", c, self._v2(shape)) for c in v2_candidates(self.k.triton_impl, default_cfg)
+                ("v2", c, self._v2(shape))
+                for c in v2_candidates(self.k.triton_impl, default_cfg, shape, num_seqs)
             ]
         if self.k.v1 is not None:
             options.append(("v1", None, self.k.v1))
@@ -325,7 +326,13 @@ class DecodeTuner:
 
 
 def _as_list(config: Optional[Tuple[Any, ...]]) -> Optional[List[Any]]:
-    return None if config is None else [v if isinstance(v, bool) else int(v) for v in config]
+    """A config as the file holds it; a ``slots`` of 0 (the eighth field: the kernels'
+    own figure) is left out, so such a config reads the same in trees whose kernels
+    predate the field."""
+    if config is None:
+        return None
+    values = [v if isinstance(v, bool) else int(v) for v in config]
+    return values[:7] if len(values) == 8 and values[7] == 0 else values
 
 
 def _decision(entry: Dict[str, Any], us: float) -> Dict[str, Any]:
