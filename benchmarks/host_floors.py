@@ -4,7 +4,8 @@ The host's speed differs between machines and leases by up to 1.5x (docs/kernel-
 v32), so the entry point's us per call only means something next to what the same
 process pays for: a small C++ torch op, and an empty ``@triton.jit`` kernel with a
 20-argument paged-attention-like signature launched as ``kernel[grid](...)`` and through
-its compiled handle (``compiled[grid](*args)``).
+its compiled handle (``compiled[grid](*args)``).  Used by ``bench_paged_attention.py
+--host``; on its own (``python benchmarks/host_floors.py``) it prints the floors.
 """
 
 from __future__ import annotations
@@ -44,3 +45,14 @@ def floors(host_us: Callable[[Callable[[], object], int], Tuple[float, float]], 
         enqueue, wall = host_us(fn, calls)
         rows[label] = {"enqueue_us": enqueue, "wall_us": wall}
     return rows
+
+
+def main() -> None:
+    from bench_paged_attention import HOST_CALLS, host_us
+
+    for label, row in floors(host_us, HOST_CALLS).items():
+        print(f"{label:<18} {row['enqueue_us']:6.1f} us/call enqueue, {row['wall_us']:6.1f} wall")
+
+
+if __name__ == "__main__":
+    main()
