@@ -34,6 +34,20 @@ H128 = [LC(64, 2, 1, True, 0, True), LC(32, 1, 1, True, 1, True), LC(32, 2, 1, T
 H256 = [LC(32, 4, 1, True, 1, True), LC(32, 2, 1, True, 1, True), LC(16, 1, 1, True, 1, True)]
 
 
+def more_batches():
+    """Batches beside the benchmark's (fixed seed): ragged 64 and 256, and two of short
+    sequences."""
+    import random
+
+    rnd = random.Random(64)
+    return {
+        "ragged64/32-8/128": ([rnd.randint(1, 8192) for _ in range(64)], 32, 8, 128),
+        "ragged256/32-8/128": ([rnd.randint(1, 4096) for _ in range(256)], 32, 8, 128),
+        "short256/32-8/128": ([rnd.randint(1, 200) for _ in range(256)], 32, 8, 128),
+        "short64/32-8/128": ([rnd.randint(100, 600) for _ in range(64)], 32, 8, 128),
+    }
+
+
 def run_variant(name, a, fa, fb, ref, kv_bytes, bw, config=None, knobs=None, one=False):
     knobs = knobs or {}
     unknown = [k for k in knobs if not hasattr(ti, k) and not hasattr(launch_tables, k)]
@@ -254,15 +268,7 @@ def main():
             rows += shape_rows(name, lens, nh, nkv, hs, bw, variants)
             save()
     if "stream" in parts:  # session 7: batches as one stream of equal token ranges
-        import random
-
-        rnd = random.Random(64)
-        extra = {
-            "ragged64/32-8/128": ([rnd.randint(1, 8192) for _ in range(64)], 32, 8, 128),
-            "ragged256/32-8/128": ([rnd.randint(1, 4096) for _ in range(256)], 32, 8, 128),
-            "short256/32-8/128": ([rnd.randint(1, 200) for _ in range(256)], 32, 8, 128),
-            "short64/32-8/128": ([rnd.randint(100, 600) for _ in range(64)], 32, 8, 128),
-        }
+        extra = more_batches()
         names = ("ragged16/32-8/128", "8x32K/32-8/128", "64x4K/32-8/128")
         for name, (lens, nh, nkv, hs) in [(n, SHAPES[n]) for n in names] + list(extra.items()):
             variants = [(None, {}), (None, {"BALANCED_STREAM": False})]
@@ -273,15 +279,7 @@ def main():
     if "seg8" in parts:  # session 8: the batch reduce's rows, residency, the two-warp config
         # (run v41 also timed STREAM_SEG_TOKENS 32/96/256, and v42 the ragged lengths in
         # four orders: the knob is on branch seg8, see docs/kernel-notes.md)
-        import random
-
-        rnd = random.Random(64)
-        extra = {
-            "ragged64/32-8/128": ([rnd.randint(1, 8192) for _ in range(64)], 32, 8, 128),
-            "ragged256/32-8/128": ([rnd.randint(1, 4096) for _ in range(256)], 32, 8, 128),
-            "short256/32-8/128": ([rnd.randint(1, 200) for _ in range(256)], 32, 8, 128),
-            "short64/32-8/128": ([rnd.randint(100, 600) for _ in range(64)], 32, 8, 128),
-        }
+        extra = more_batches()
         names = ("ragged16/32-8/128", "8x32K/32-8/128", "64x4K/32-8/128")
         for name, (lens, nh, nkv, hs) in [(n, SHAPES[n]) for n in names] + list(extra.items()):
             variants = [(None, {})]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import types
-from typing import NamedTuple
+from collections import namedtuple
 
 from vllm_codemod.kernels import launch_tables as lt
 from vllm_codemod.tuning import candidates
@@ -78,15 +78,10 @@ def test_a_tree_whose_kernels_predate_slots():
     """Kernels copied by an older vllm-codemod: their LaunchConfig has no slots field and
     their tables no balanced_slots; the candidates are the old ones, nothing fails."""
 
-    class Old(NamedTuple):
-        tile: int
-        warps: int
-        stages: int
-        early_v: bool = True
-        prefetch: int = 0
-        k3d: bool = False
-        chunk: int = 0
-
+    fields = lt.LaunchConfig._fields[:7]
+    Old = namedtuple(
+        "Old", fields, defaults=[lt.LaunchConfig._field_defaults[f] for f in fields[3:]]
+    )
     old = _impl(config_type=Old, tables=types.SimpleNamespace())
     found = candidates.v2_candidates(old, (32, 1, 1, True, 1, True), SHAPE, 1)
     assert found and all(len(c) == 7 for c in found)
