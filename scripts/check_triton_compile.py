@@ -4,11 +4,11 @@ For every launch the launcher (``triton_impl._launch``: the partition kernel, th
 reduce kernel) would make for a matrix of head sizes, dtypes, alibi, block sizes, GQA
 groups and the configs ``launch_tables.pick_config`` hands out (DEFAULT_CONFIGS,
 MID/MANY_PROGRAMS_CONFIG, WIDE_GROUP_*, K3D_CONFIGS, K3D_MANY_PROGRAMS_CONFIG,
-K3D_WIDE_GROUP_*), the launcher runs on CPU tensors with its kernels replaced by
-recorders; each recorded launch (arguments, constexprs, num_warps, num_stages) is then
-compiled for a CUDA compute capability with the installed Triton, through TTIR, TTGIR,
-LLVM IR, PTX and cubin (the ptxas bundled with Triton), exactly specialized as Triton's
-JIT would specialize it.
+K3D_WIDE_GROUP_*, and a 2-D config balanced through ``slots``), the launcher runs on CPU
+tensors with its kernels replaced by recorders; each recorded launch (arguments,
+constexprs, num_warps, num_stages) is then compiled for a CUDA compute capability with
+the installed Triton, through TTIR, TTGIR, LLVM IR, PTX and cubin (the ptxas bundled
+with Triton), exactly specialized as Triton's JIT would specialize it.
 
 Each compile reports the shared memory one program needs; a table config whose kernels
 need more than ``--smem-limit`` bytes (default 49152: 48 KB, the BI-V100's per-program
@@ -87,6 +87,10 @@ def launcher_configs(d_pad: int):
         out.append(("k3d-wide-many", lt.K3D_WIDE_GROUP_MANY_CONFIG))
     if d_pad == 256:  # one sequence, 16 rows, balanced items (launch_tables.balanced_config)
         out.append(("k3d-bal256", lt.K3D_BALANCED_HEAD256_CONFIG))
+    # The 2-D tables balanced through a tuning file's slots (what `tune` may bake in on
+    # Triton 2.x, where the H200 figures never balance them).
+    two_d = lt.MID_PROGRAMS_CONFIG if d_pad <= 128 else lt.DEFAULT_CONFIGS[256]
+    out.append(("2d-slots", two_d._replace(slots=8)))
     return out
 
 
@@ -127,7 +131,7 @@ def cases(full: bool):
                 alibi = i % 2 == 1
                 i += 1
                 yield hs, dtype, bs, alibi, grp, lens, cname, cfg
-                if cname == "k3d-many":  # balanced items (16 rows): one sequence, a batch
+                if cname in ("k3d-many", "2d-slots"):  # balanced: one sequence, a batch
                     for more in LENS[1:]:
                         yield hs, dtype, bs, alibi, GROUPS[0], more, cname, cfg
                 if cname == "k3d-bal256" and lens != LENS[1]:  # the one sequence it serves

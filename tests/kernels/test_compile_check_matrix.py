@@ -33,7 +33,10 @@ def check():
 
 def _reachable(cfg, d_pad, g_pad):
     """Whether pick_config returns cfg for some program count at this head and row count
-    (or balanced_config turns the table's choice for one sequence into it)."""
+    (or balanced_config turns the table's choice for one sequence into it); a config with
+    its own slots is a table config as a tuning file may carry it."""
+    if cfg.slots:
+        return _reachable(cfg._replace(slots=0), d_pad, g_pad)
     two = launch_tables.K3D_BALANCED_HEAD256_CONFIG
     if cfg == two and launch_tables.balanced_config(two, g_pad, d_pad, 1) == two:
         return launch_tables.balanced_config(launch_tables.K3D_CONFIGS[256], g_pad, d_pad, 1) == two
@@ -91,3 +94,12 @@ def test_recorded_launches_cover_every_kernel_variant(check):
                 stream.add(case[5])
     assert {(5000,), check.LENS[2]} <= balanced
     assert check.LENS[2] in stream and (5000,) not in stream
+    # The 2-D tables balanced through a tuning file's slots, at every head size.
+    two_d = [c for c in check.cases(False) if c[6] == "2d-slots"]
+    assert {c[0] for c in two_d} == set(check.HEAD_SIZES)
+    for case in two_d:
+        part_kwargs = check.record_launches(case)[0][2]
+        assert not part_kwargs["K_3D"]
+        if case[5] != check.LENS[0]:  # the short batch fuses (eager, <= 4 partitions)
+            assert part_kwargs["BALANCED"], case
+            assert part_kwargs["STREAM"] is (len(case[5]) > 1), case
