@@ -7,7 +7,6 @@ from collections import namedtuple
 
 from vllm_codemod.kernels import launch_tables as lt
 from vllm_codemod.tuning import candidates
-from vllm_codemod.tuning.measure import _as_list
 from vllm_codemod.tuning.shapes import Shape
 
 SHAPE = Shape(32, 8, 128, "bfloat16")
@@ -85,12 +84,3 @@ def test_a_tree_whose_kernels_predate_slots():
     old = _impl(config_type=Old, tables=types.SimpleNamespace())
     found = candidates.v2_candidates(old, (32, 1, 1, True, 1, True), SHAPE, 1)
     assert found and all(len(c) == 7 for c in found)
-
-
-def test_the_file_leaves_out_a_slots_of_zero():
-    """So a config without a measured residency reads the same in every tree."""
-    assert _as_list(tuple(lt.K3D_MANY_PROGRAMS_CONFIG)) == [32, 1, 1, True, 1, True, 0]
-    assert _as_list(tuple(lt.K3D_MANY_PROGRAMS_CONFIG._replace(slots=6))) == [
-        32, 1, 1, True, 1, True, 0, 6,
-    ]  # fmt: skip
-    assert _as_list((64, 2, 1)) == [64, 2, 1] and _as_list(None) is None

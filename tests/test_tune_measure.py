@@ -8,10 +8,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from vllm_codemod.kernels import dispatch, reference  # noqa: E402
+from vllm_codemod.kernels import dispatch, launch_tables, reference  # noqa: E402
 from vllm_codemod.tuning.measure import (  # noqa: E402
     DecodeKernels,
     DecodeTuner,
+    _as_list,
     batch_lengths,
     batch_sizes,
     length_grid,
@@ -298,3 +299,12 @@ def test_a_k3d_fallback_of_the_default_stands_and_is_noted(monkeypatch):
     assert point is not None and point["candidates"][1]["status"] == "ok"
     assert impl._k3d_state["disabled"] is True
     assert sum("fell back to the 2-D load" in s for s in kernels.skipped) == 1
+
+
+def test_the_file_leaves_out_a_slots_of_zero():
+    """So a config without a measured residency reads the same in every tree."""
+    assert _as_list(tuple(launch_tables.K3D_MANY_PROGRAMS_CONFIG)) == [32, 1, 1, True, 1, True, 0]
+    assert _as_list(tuple(launch_tables.K3D_MANY_PROGRAMS_CONFIG._replace(slots=6))) == [
+        32, 1, 1, True, 1, True, 0, 6,
+    ]  # fmt: skip
+    assert _as_list((64, 2, 1)) == [64, 2, 1] and _as_list(None) is None
