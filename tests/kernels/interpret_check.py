@@ -70,6 +70,41 @@ def _patch_interpreter() -> None:
     builder.create_dot = create_dot
 
 
+# Balanced items over a batch (session 6's rule, behind BALANCED_STREAM = False): a ragged
+# batch over two waves with ALiBi, and fp32 on the 2-D load with the chunked reduce; the
+# same batches also run as streams (below).
+_ITEMS_RAGGED = (
+    [1, 700, 1300, 5, 17],
+    8,
+    2,
+    128,
+    16,
+    torch.bfloat16,
+    True,
+    (32, 1, 1, True, 1, True),
+    False,
+    {"sms": 3, "BALANCED_WAVES": 2, "FUSE_MAX_PARTITIONS": 0, "BALANCED_STREAM": False},
+)
+_ITEMS_FP32 = (
+    [1300, 17, 2900],
+    4,
+    2,
+    80,
+    8,
+    torch.float32,
+    True,
+    (16, 1, 1, True, 0, False),
+    True,
+    {"sms": 2, "BALANCED_FORCE_SLOTS": 3, "BALANCED_STREAM": False},
+)
+
+
+def _as_stream(case, drop=""):
+    """The same case as a balanced stream (without the ``drop`` knob)."""
+    knobs = {k: v for k, v in case[9].items() if k != drop}
+    return case[:9] + (dict(knobs, BALANCED_STREAM=True),)
+
+
 # (seq_lens, heads, kv heads, head size, block size, dtype, alibi, LaunchConfig fields or
 # None for the tables' choice, reduce in chunks[, triton_impl module knobs for the case])
 CASES = [
@@ -120,59 +155,15 @@ CASES = [
     # single sequence, a ragged batch over two waves, a forced config with the chunked
     # reduce, ALiBi; "sms" stands in for the CPU's missing SM count.
     ([5000], 8, 2, 64, 16, torch.bfloat16, False, (32, 1, 1, True, 1, True), False, {"sms": 2}),
-    (
-        [1, 700, 1300, 5, 17],
-        8,
-        2,
-        128,
-        16,
-        torch.bfloat16,
-        True,
-        (32, 1, 1, True, 1, True),
-        False,
-        {"sms": 3, "BALANCED_WAVES": 2, "FUSE_MAX_PARTITIONS": 0, "BALANCED_STREAM": False},
-    ),
-    (
-        [1300, 17, 2900],
-        4,
-        2,
-        80,
-        8,
-        torch.float32,
-        True,
-        (16, 1, 1, True, 0, False),
-        True,
-        {"sms": 2, "BALANCED_FORCE_SLOTS": 3, "BALANCED_STREAM": False},
-    ),
+    _ITEMS_RAGGED,
+    _ITEMS_FP32,
     # Head 256, one sequence: the tables' two-warp config for balanced items.
     ([3000], 16, 2, 256, 16, torch.bfloat16, False, None, False, {"sms": 2}),
     # Balanced streams: equal token ranges over the sequences laid end to end, a range
     # crossing several sequence ends (tiny sequences, lengths off the tile grid), with
     # ALiBi, the 2-D load and fp32 with the chunked reduce, and one wave of two ranges.
-    (
-        [1, 700, 1300, 5, 17],
-        8,
-        2,
-        128,
-        16,
-        torch.bfloat16,
-        True,
-        (32, 1, 1, True, 1, True),
-        False,
-        {"sms": 3, "BALANCED_STREAM": True, "FUSE_MAX_PARTITIONS": 0},
-    ),
-    (
-        [1300, 17, 2900],
-        4,
-        2,
-        80,
-        8,
-        torch.float32,
-        True,
-        (16, 1, 1, True, 0, False),
-        True,
-        {"sms": 2, "BALANCED_FORCE_SLOTS": 3, "BALANCED_STREAM": True},
-    ),
+    _as_stream(_ITEMS_RAGGED, drop="BALANCED_WAVES"),
+    _as_stream(_ITEMS_FP32),
     (
         [3, 1, 2, 40, 33, 1, 600],
         4,

@@ -4,9 +4,9 @@ The search is deliberately small (a budget of seconds to minutes per device): th
 the built-in tables pick for the point, every config the tables hold for the current
 load path (k3d or 2-D), and single-step neighbours of the default (each explicit chunk
 size first, then the balanced wave planned for other programs-per-SM figures, then tile,
-warps, stages, prefetch halved/doubled/toggled).  Anything the
-hardware cannot run (too much shared memory, too many registers) fails at compile or
-launch and is listed as skipped.
+warps, stages, prefetch halved/doubled/toggled). Anything the hardware cannot run (too
+much shared memory, too many registers) fails at compile or launch and is listed as
+skipped.
 """
 
 from __future__ import annotations
@@ -66,14 +66,16 @@ CHUNKS = (512, 256, 128)
 def _slots_now(impl: Any, config: Any, shape: Optional[Shape], num_seqs: int) -> Optional[int]:
     """Programs per SM the kernels would balance ``config`` for at this point (0: not
     balanced), or None where balancing cannot apply: a tree whose kernels have no
-    ``slots`` field, an explicit chunk, balancing off, or a batch past its limit."""
+    ``slots`` field, or where the kernels' own budget rule refuses (an explicit chunk,
+    balancing off, a batch past its limit) whatever the figure."""
     tables = getattr(impl, "launch_tables", None)
-    if shape is None or tables is None or "slots" not in config._fields or config.chunk:
-        return None
-    if not getattr(tables, "BALANCED_WAVES", 0) or num_seqs > getattr(tables, "STREAM_MAX_SEQS", 0):
+    if shape is None or "slots" not in config._fields or not hasattr(tables, "balanced_budget"):
         return None
     g_pad = impl.group_rows(shape.num_heads // shape.num_kv_heads)
-    return int(tables.balanced_slots(config, g_pad, max(16, _next_pow2(shape.head_size))))
+    d_pad = max(16, _next_pow2(shape.head_size))
+    if not tables.balanced_budget(config._replace(slots=1), g_pad, d_pad, 1, 1, num_seqs):
+        return None
+    return int(tables.balanced_slots(config, g_pad, d_pad))
 
 
 def _slot_counts(config: Any, now: int) -> List[int]:
