@@ -107,3 +107,65 @@ def reference_partitions(
             torch.einsum("hl,hld->hd", e, vv[:, p0 : p0 + PARTITION_SIZE]) / e.sum(-1)[:, None]
         )
     return torch.stack(tmp, dim=1), torch.stack(sums, dim=1), torch.stack(maxes, dim=1)
+
+
+def reference_prefix_prefill(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    query_start,
+    seq_lens,
+    scale: float,
+    alibi_slopes: Optional[torch.Tensor] = None,
+    sliding_window: int = 0,
+    fp8_dtype: Optional[torch.dtype] = None,
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
+    skip_decode: bool = False,
+) -> torch.Tensor:
+    """vLLM's ``context_attention_fwd`` as float64 ``[tokens, num_heads, head_size]`` (CPU).
+
+    Sequence ``s`` owns the new tokens ``query_start[s]:query_start[s + 1]`` of ``q``,
+    ``k`` and ``v``; its ``seq_lens[s]`` minus that count are cached tokens, read from the
+    paged caches through ``block_table[s]``.  Each new token attends to every cached
+    token and, causally, to the new tokens up to itself.  ALiBi adds ``slope * (key
+    position - query position)`` to the scaled logit; a sliding window ``W > 0`` keeps
+    the keys with ``query position - key position < W``.  Rows of sequences that
+    ``skip_decode`` skips (one new token) are NaN: the kernels leave them unwritten.
+    """
+    starts = [int(n) for n in query_start]
+    lens = [int(n) for n in seq_lens]
+    qf = q.to(torch.float64).cpu()
+    kf = k.to(torch.float64).cpu()
+    vf = v.to(torch.float64).cpu()
+    num_heads, kv_heads = qf.shape[1], kf.shape[1]
+    group = num_heads // kv_heads
+    out = torch.full(qf.shape, float("nan"), dtype=torch.float64)
+    for s, seq_len in enumerate(lens):
+        s0, s1 = starts[s], starts[s + 1]
+        new = s1 - s0
+        if new == 0 or (skip_decode and new == 1):
+            continue
+        ctx = seq_len - new
+        k_ctx, v_ctx = gather_kv(
+            key_cache, value_cache, block_table[s], ctx, fp8_dtype, k_scale, v_scale
+        )  # [kvh, ctx, D]
+        keys = torch.cat([k_ctx, kf[s0:s1].permute(1, 0, 2)], dim=1)
+        values = torch.cat([v_ctx, vf[s0:s1].permute(1, 0, 2)], dim=1)
+        keys = keys.repeat_interleave(group, dim=0)  # [H, L, D]
+        values = values.repeat_interleave(group, dim=0)
+        logits = torch.einsum("qhd,hkd->hqk", qf[s0:s1], keys) * scale
+        q_pos = torch.arange(ctx, seq_len)[:, None]
+        k_pos = torch.arange(seq_len)[None, :]
+        if alibi_slopes is not None:
+            slopes = alibi_slopes.to(torch.float64).cpu()
+            logits = logits + slopes[:, None, None] * (k_pos - q_pos).to(torch.float64)
+        visible = k_pos <= q_pos
+        if sliding_window and sliding_window > 0:
+            visible = visible & (q_pos - k_pos < sliding_window)
+        logits = logits.masked_fill(~visible, float("-inf"))
+        out[s0:s1] = torch.einsum("hqk,hkd->qhd", torch.softmax(logits, dim=-1), values)
+    return out
