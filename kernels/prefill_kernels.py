@@ -109,7 +109,7 @@ def _context_tile(
 
 @triton.jit
 def _prefix_prefill_kernel(
-    Q, K, V, O, K_CACHE, V_CACHE, BLOCK_TABLE, QUERY_START, SEQ_LENS, ALIBI_SLOPES,
+    Q, K, V, OUT, K_CACHE, V_CACHE, BLOCK_TABLE, QUERY_START, SEQ_LENS, ALIBI_SLOPES,
     K_SCALE, V_SCALE, qk_scale, window, num_m_tiles,
     stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
     stride_ot, stride_oh,
@@ -236,8 +236,8 @@ def _prefix_prefill_kernel(
         acc, l_i, m_i = _online_softmax_step(acc, l_i, m_i, s, v, WINDOW)
 
     out = acc / l_i[:, None]
-    o_ptrs = O + (q_begin + offs_m)[:, None] * stride_ot + head * stride_oh + offs_d[None, :]
-    tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=m_ok[:, None] & d_ok[None, :])
+    o_ptrs = OUT + (q_begin + offs_m)[:, None] * stride_ot + head * stride_oh + offs_d[None, :]
+    tl.store(o_ptrs, out.to(OUT.dtype.element_ty), mask=m_ok[:, None] & d_ok[None, :])
 
 
 __all__ = ["LOG2E", "_prefix_prefill_kernel", "triton"]
