@@ -1,0 +1,412 @@
+"""Prefix prefill on a CUDA device: ours against the tree's kernel, SDPA and FlexAttention.
+
+The work is vLLM's ``context_attention_fwd``: each sequence's new tokens attend to its
+paged context and, causally, to themselves.  Per case, side by side in one process:
+
+- ours (``vllm_codemod.kernels.prefill_launch``), at its default config and at any
+  ``--config BM,BN,W,S`` given;
+- the tree's own kernel from the vendored vLLM 0.8.3 file (8 warps, as shipped, and 4, as
+  the warps codemod bakes) and 0.8.5 file;
+- torch SDPA and FlexAttention on K/V gathered into contiguous tensors beforehand (not
+  timed), where the installed torch has them.
+
+Every row is checked against the float64 reference (``kernels.reference``) on a sample of
+query rows before it is timed; a row off by more than 2e-2 (relative Frobenius) is
+reported as wrong and not timed.  Timing: warm-up, CUDA events around each call, median
+of the repeats.  FLOP: causal, ``4 * heads * head_size * new * (ctx + (new + 1) / 2)``
+per sequence; the % column is of an 8192^3 bf16 matmul timed in the same run.  The
+headline: a 100K prompt prefilled in 16K-token chunks (the chunk's context grows), total
+attention time of one layer, ours against the tree's 0.8.3 kernel.
+
+    python benchmarks/bench_prefix_prefill.py [--quick] [--json out.json]
+        [--config 128,64,8,3 ...] [--only NAME ...] [--no-baselines]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import types
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import torch
+
+from vllm_codemod.kernels.prefill_launch import PrefillConfig, pick_config, prefix_prefill_triton
+from vllm_codemod.kernels.reference import reference_prefix_prefill
+
+ROOT = Path(__file__).resolve().parents[1]
+TREE_FILES = {
+    "vllm-0.8.3": ROOT / "vendor_fixtures/upstream/vllm-0.8.3/vllm/attention/ops/prefix_prefill.py",
+    "vllm-0.8.5": ROOT
+    / "vendor_fixtures/upstream/vllm-0.8.5.post1/vllm/attention/ops/prefix_prefill.py",
+}
+PAGE = 16
+TOLERANCE = 2e-2
+
+# name: (seqs, ctx, new, q heads, kv heads, head size)
+CASES: Dict[str, Tuple[int, int, int, int, int, int]] = {
+    "1x(16K+16K) 32/8/128": (1, 16384, 16384, 32, 8, 128),
+    "1x(48K+16K) 32/8/128": (1, 49152, 16384, 32, 8, 128),
+    "1x(84K+16K) 32/8/128": (1, 86016, 16384, 32, 8, 128),
+    "1x(88K+8K) 32/8/128": (1, 90112, 8192, 32, 8, 128),
+    "1x(84K+16K) 28/4/128": (1, 86016, 16384, 28, 4, 128),
+    "1x(32K+8K) 16/2/256": (1, 32768, 8192, 16, 2, 256),
+    "8x(1K+512) 32/8/128": (8, 1024, 512, 32, 8, 128),
+}
+QUICK = ("1x(16K+16K) 32/8/128", "1x(32K+8K) 16/2/256", "8x(1K+512) 32/8/128")
+
+
+def flops(seqs: int, ctx: int, new: int, heads: int, head: int) -> float:
+    return seqs * 4.0 * heads * head * new * (ctx + (new + 1) / 2)
+
+
+def cuda_ms(fn: Callable[[], Any], budget_ms: float = 1500.0, warmup: int = 2) -> float:
+    """Median ms of ``fn`` over repeats timed with CUDA events, about ``budget_ms`` in all."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    torch.cuda.synchronize()
+    once = max(start.elapsed_time(end), 1e-3)
+    reps = int(min(max(budget_ms / once, 5), 200))
+    times = []
+    for _ in range(reps):
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def matmul_tflops(n: int = 8192) -> float:
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    ms = cuda_ms(lambda: a @ b, budget_ms=2000)
+    return 2 * n**3 / (ms * 1e-3) / 1e12
+
+
+def make(
+    seqs: int, ctx: int, new: int, hq: int, hkv: int, d: int,
+    dtype: torch.dtype = torch.bfloat16, kv_fp8: Optional[str] = None,
+    alibi: bool = False, window: int = 0, seed: int = 0,
+) -> Dict[str, Any]:  # fmt: skip
+    """One call's arguments on the GPU: random data, pages in a shuffled order."""
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    pages = math.ceil(ctx / PAGE) if ctx else 0
+    num_blocks = seqs * pages + 1
+    cache_dtype = dtype if kv_fp8 is None else torch.uint8
+    x = 16 // (torch.tensor([], dtype=cache_dtype).element_size())
+    kc = torch.randn(num_blocks, hkv, d // x, PAGE, x, device="cuda", generator=gen)
+    vc = torch.randn(num_blocks, hkv, d, PAGE, device="cuda", generator=gen)
+    fp8_dtype = None
+    if kv_fp8 is not None:
+        fp8_dtype = torch.float8_e5m2 if kv_fp8 == "fp8_e5m2" else torch.float8_e4m3fn
+        kc, vc = (t.mul(0.5).to(fp8_dtype).view(torch.uint8) for t in (kc, vc))
+    else:
+        kc, vc = kc.to(dtype), vc.to(dtype)
+    order = torch.randperm(num_blocks - 1, device="cuda", generator=gen) + 1
+    table = order[: seqs * pages].view(seqs, pages).to(torch.int32)
+    if pages == 0:
+        table = torch.zeros(seqs, 1, dtype=torch.int32, device="cuda")
+    total = seqs * new
+    q = torch.randn(total, hq, d, device="cuda", generator=gen).to(dtype)
+    k = torch.randn(total, hkv, d, device="cuda", generator=gen).to(dtype)
+    v = torch.randn(total, hkv, d, device="cuda", generator=gen).to(dtype)
+    starts = torch.arange(0, total + 1, new, dtype=torch.int32, device="cuda")
+    return dict(
+        q=q, k=k, v=v, o=torch.empty_like(q), k_cache=kc, v_cache=vc, block_table=table,
+        query_start=starts, seq_lens=torch.full((seqs,), ctx + new, dtype=torch.int32,
+                                                device="cuda"),
+        ctx=ctx, new=new, max_query_len=new, sm_scale=1.0 / math.sqrt(d),
+        kv_cache_dtype=kv_fp8 or "auto", fp8_dtype=fp8_dtype,
+        k_scale=torch.tensor([0.8], device="cuda"), v_scale=torch.tensor([1.2], device="cuda"),
+        alibi_slopes=(torch.rand(hq, device="cuda", generator=gen) * 0.1) if alibi else None,
+        window=window,
+    )  # fmt: skip
+
+
+def sample_rows(a: Dict[str, Any], count: int = 24) -> List[int]:
+    """Token rows to check: each sequence's first and last rows and a spread between."""
+    rows = set()
+    starts = a["query_start"].tolist()
+    for s0, s1 in zip(starts, starts[1:]):
+        step = max((s1 - s0) // max(count // len(starts[1:]), 1), 1)
+        rows.update(range(s0, s1, step))
+        rows.update((s0, s1 - 1))
+    return sorted(rows)
+
+
+def check(a: Dict[str, Any], out: torch.Tensor) -> float:
+    """Relative error of ``out`` against the float64 reference on sampled rows."""
+    rows = sample_rows(a)
+    fp8 = a["fp8_dtype"]
+    ref = reference_prefix_prefill(
+        a["q"], a["k"], a["v"],
+        a["k_cache"], a["v_cache"], a["block_table"], a["query_start"].tolist(),
+        a["seq_lens"].tolist(), a["sm_scale"], a["alibi_slopes"], a["window"], fp8,
+        float(a["k_scale"]) if fp8 else 1.0, float(a["v_scale"]) if fp8 else 1.0,
+        rows=rows, device=torch.device("cuda"),
+    )  # fmt: skip
+    got = out[rows].to(torch.float64)
+    want = ref[rows]
+    if not torch.isfinite(got).all():
+        return float("inf")
+    return float((got - want).norm() / want.norm())
+
+
+def ours(a: Dict[str, Any], config: Optional[PrefillConfig] = None) -> Callable[[], None]:
+    fp8 = a["fp8_dtype"]
+    kc = a["k_cache"].view(fp8) if fp8 else a["k_cache"]
+    vc = a["v_cache"].view(fp8) if fp8 else a["v_cache"]
+
+    def run() -> None:
+        prefix_prefill_triton(
+            a["q"], a["k"], a["v"], a["o"], kc, vc, a["block_table"], a["query_start"],
+            a["seq_lens"], a["max_query_len"], a["sm_scale"], a["k_scale"], a["v_scale"],
+            a["alibi_slopes"], a["window"], False, config,
+        )  # fmt: skip
+
+    return run
+
+
+def load_tree_prefill(path: Path) -> types.ModuleType:
+    """A vendored ``prefix_prefill.py``, imported by path with a CUDA ``current_platform``."""
+    import importlib.util
+
+    platform = types.SimpleNamespace(
+        has_device_capability=lambda cap: (
+            torch.cuda.get_device_capability()[0] * 10 + torch.cuda.get_device_capability()[1]
+            >= cap
+        ),
+        is_rocm=lambda: False,
+        get_device_capability=lambda: torch.cuda.get_device_capability(),
+        fp8_dtype=lambda: torch.float8_e4m3fn,
+    )
+    saved = {n: sys.modules.get(n) for n in ("vllm", "vllm.platforms")}
+    sys.modules["vllm"] = types.ModuleType("vllm")
+    sys.modules["vllm.platforms"] = types.SimpleNamespace(current_platform=platform)
+    try:
+        spec = importlib.util.spec_from_file_location(f"tree_prefill_{path.parent.name}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        for name, mod in saved.items():
+            if mod is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = mod
+    return module
+
+
+def tree(a: Dict[str, Any], module: types.ModuleType, warps: Optional[int] = None):
+    def run() -> None:
+        if warps is not None:
+            module.NUM_WARPS = warps
+        module.context_attention_fwd(
+            a["q"], a["k"], a["v"], a["o"], a["kv_cache_dtype"], a["k_cache"], a["v_cache"],
+            a["block_table"], a["query_start"], a["seq_lens"], a["ctx"] + a["new"],
+            a["max_query_len"], a["k_scale"], a["v_scale"], a["alibi_slopes"],
+            a["window"] or None, a["sm_scale"],
+        )  # fmt: skip
+
+    return run
+
+
+def gathered(a: Dict[str, Any]) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """q, k, v as [1, heads, len, d] contiguous (one sequence), K/V gathered from pages."""
+    ctx, d = a["ctx"], a["q"].shape[2]
+    kc, vc = a["k_cache"], a["v_cache"]
+    pos = torch.arange(ctx, device="cuda")
+    blocks = a["block_table"][0].long()[pos // PAGE]
+    off = pos % PAGE
+    k_ctx = kc[blocks, :, :, off, :].reshape(ctx, kc.shape[1], d)
+    v_ctx = vc[blocks, :, :, off]
+    k = torch.cat([k_ctx, a["k"]]).transpose(0, 1).unsqueeze(0).contiguous()
+    v = torch.cat([v_ctx, a["v"]]).transpose(0, 1).unsqueeze(0).contiguous()
+    q = a["q"].transpose(0, 1).unsqueeze(0).contiguous()
+    return q, k, v
+
+
+def sdpa(a: Dict[str, Any]) -> Optional[Callable[[], None]]:
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        from torch.nn.attention.bias import causal_lower_right
+    except ImportError:
+        return None
+    q, k, v = gathered(a)
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+    mask = causal_lower_right(q.shape[2], k.shape[2])
+    scale = a["sm_scale"]
+
+    def run() -> None:
+        with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]):
+            out = torch.nn.functional.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, scale=scale
+            )
+        run.out = out
+
+    return run
+
+
+def flex(a: Dict[str, Any]) -> Optional[Callable[[], None]]:
+    try:
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    except ImportError:
+        return None
+    q, k, v = gathered(a)
+    offset = a["ctx"]
+
+    def causal(b, h, qi, ki):
+        return qi + offset >= ki
+
+    mask = create_block_mask(causal, None, None, q.shape[2], k.shape[2], device="cuda")
+    compiled = torch.compile(flex_attention)
+    scale = a["sm_scale"]
+
+    def run() -> None:
+        run.out = compiled(q, k, v, block_mask=mask, scale=scale, enable_gqa=True)
+
+    return run
+
+
+def row_of(
+    name: str, a: Dict[str, Any], fn: Callable[[], None], work: float, peak: float,
+    out_of: Optional[Callable[[], torch.Tensor]] = None,
+) -> Dict[str, Any]:  # fmt: skip
+    a["o"].fill_(float("nan"))
+    fn()
+    torch.cuda.synchronize()
+    out = out_of() if out_of else a["o"]
+    err = check(a, out)
+    row: Dict[str, Any] = {"impl": name, "rel_err": err}
+    if not err <= TOLERANCE:
+        print(f"    {name:<22} WRONG rel err {err:.2e}", flush=True)
+        return row
+    ms = cuda_ms(fn)
+    row.update(ms=ms, tflops=work / ms / 1e9, pct=100 * work / ms / 1e9 / peak)
+    print(
+        f"    {name:<22} {ms:9.3f} ms {row['tflops']:7.1f} TFLOP/s {row['pct']:5.1f}%"
+        f"  err {err:.1e}",
+        flush=True,
+    )
+    return row
+
+
+def contiguous_out(fn) -> Callable[[], torch.Tensor]:
+    return lambda: fn.out[0].transpose(0, 1)
+
+
+def bench_case(name: str, peak: float, args, trees) -> Dict[str, Any]:
+    seqs, ctx, new, hq, hkv, d = CASES[name]
+    a = make(seqs, ctx, new, hq, hkv, d, dtype=args.dtype, kv_fp8=args.kv_fp8,
+             alibi=args.alibi, window=args.window)  # fmt: skip
+    work = flops(seqs, ctx, new, hq, d)
+    d_pad = max(1 << (d - 1).bit_length(), 16)
+    default = pick_config(d_pad, a["q"].element_size())
+    print(f"{name}: {work / 1e12:.2f} TFLOP, default config {tuple(default)}", flush=True)
+    rows = [row_of(f"ours {tuple(default)}", a, ours(a), work, peak)]
+    for cfg in args.config:
+        try:
+            rows.append(row_of(f"ours {tuple(cfg)}", a, ours(a, cfg), work, peak))
+        except Exception as exc:  # a config this device cannot compile (shared memory)
+            print(f"    ours {tuple(cfg)}: failed ({type(exc).__name__}: {str(exc)[:80]})")
+            rows.append({"impl": f"ours {tuple(cfg)}", "error": str(exc)[:200]})
+    if not args.no_baselines:
+        for label, module, warps in trees:
+            rows.append(row_of(label, a, tree(a, module, warps), work, peak))
+        if seqs == 1 and args.kv_fp8 is None and not args.alibi and not args.window:
+            for label, make_fn in (("torch SDPA", sdpa), ("FlexAttention", flex)):
+                try:
+                    fn = make_fn(a)
+                except Exception as exc:  # a torch without the backend: say so, go on
+                    print(f"    {label}: unavailable ({type(exc).__name__}: {exc})")
+                    continue
+                if fn is not None:
+                    rows.append(row_of(label, a, fn, work, peak, contiguous_out(fn)))
+    del a
+    torch.cuda.empty_cache()
+    return {"case": name, "shape": CASES[name], "tflop": work / 1e12, "rows": rows}
+
+
+def headline(peak: float, trees, args, prompt: int = 100_000, chunk: int = 16_384):
+    """Total attention time of one layer for a prompt prefilled in chunks (32/8/128)."""
+    totals: Dict[str, float] = {}
+    done = 0
+    while done < prompt:
+        new = min(chunk, prompt - done)
+        a = make(1, done, new, 32, 8, 128, dtype=args.dtype)
+        impls = [("ours", ours(a))] + [(label, tree(a, m, w)) for label, m, w in trees[:1]]
+        for label, fn in impls:
+            totals[label] = totals.get(label, 0.0) + cuda_ms(fn, budget_ms=600)
+        done += new
+        del a
+        torch.cuda.empty_cache()
+    print("100K prompt in 16K chunks, one layer: " + ", ".join(
+        f"{k} {v:.1f} ms" for k, v in totals.items()), flush=True)  # fmt: skip
+    return totals
+
+
+def environment() -> Dict[str, Any]:
+    import triton
+
+    props = torch.cuda.get_device_properties(0)
+    return {
+        "device": props.name,
+        "sms": props.multi_processor_count,
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+    }
+
+
+def parse_config(text: str) -> PrefillConfig:
+    return PrefillConfig(*(int(x) for x in text.split(",")))
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="three cases only")
+    parser.add_argument("--only", action="append", default=[], help="case name (repeatable)")
+    parser.add_argument("--config", action="append", default=[], type=parse_config)
+    parser.add_argument("--no-baselines", action="store_true")
+    parser.add_argument("--no-headline", action="store_true")
+    parser.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16"))
+    parser.add_argument("--kv-fp8", default=None, choices=("fp8", "fp8_e4m3", "fp8_e5m2"))
+    parser.add_argument("--alibi", action="store_true")
+    parser.add_argument("--window", type=int, default=0)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+    args.dtype = getattr(torch, args.dtype)
+    if not torch.cuda.is_available():
+        print("bench_prefix_prefill: no CUDA device", file=sys.stderr)
+        return 2
+    env = environment()
+    peak = matmul_tflops()
+    env["matmul_tflops"] = peak
+    print(f"{env}", flush=True)
+    trees = []
+    if not args.no_baselines:
+        v083 = load_tree_prefill(TREE_FILES["vllm-0.8.3"])
+        v085 = load_tree_prefill(TREE_FILES["vllm-0.8.5"])
+        trees = [("vLLM 0.8.3 (8 warps)", v083, 8), ("vLLM 0.8.3 (4 warps)", v083, 4),
+                 ("vLLM 0.8.5", v085, None)]  # fmt: skip
+    names = args.only or (list(QUICK) if args.quick else list(CASES))
+    results = [bench_case(name, peak, args, trees) for name in names]
+    report: Dict[str, Any] = {"environment": env, "cases": results}
+    if not args.no_headline and not args.no_baselines:
+        report["headline_ms"] = headline(peak, trees, args)
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
