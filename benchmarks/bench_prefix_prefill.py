@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import sys
 import types
@@ -35,8 +34,13 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
+from vllm_codemod.kernels.prefill_cases import (
+    launch_arguments,
+    make_prefill_inputs,
+    prefill_error,
+    sample_rows,
+)
 from vllm_codemod.kernels.prefill_launch import PrefillConfig, pick_config, prefix_prefill_triton
-from vllm_codemod.kernels.reference import reference_prefix_prefill
 
 ROOT = Path(__file__).resolve().parents[1]
 TREE_FILES = {
@@ -93,86 +97,26 @@ def matmul_tflops(n: int = 8192) -> float:
     return 2 * n**3 / (ms * 1e-3) / 1e12
 
 
-def make(
-    seqs: int, ctx: int, new: int, hq: int, hkv: int, d: int,
-    dtype: torch.dtype = torch.bfloat16, kv_fp8: Optional[str] = None,
-    alibi: bool = False, window: int = 0, seed: int = 0,
-) -> Dict[str, Any]:  # fmt: skip
-    """One call's arguments on the GPU: random data, pages in a shuffled order."""
-    gen = torch.Generator(device="cuda").manual_seed(seed)
-    pages = math.ceil(ctx / PAGE) if ctx else 0
-    num_blocks = seqs * pages + 1
-    cache_dtype = dtype if kv_fp8 is None else torch.uint8
-    x = 16 // (torch.tensor([], dtype=cache_dtype).element_size())
-    kc = torch.randn(num_blocks, hkv, d // x, PAGE, x, device="cuda", generator=gen)
-    vc = torch.randn(num_blocks, hkv, d, PAGE, device="cuda", generator=gen)
-    fp8_dtype = None
-    if kv_fp8 is not None:
-        fp8_dtype = torch.float8_e5m2 if kv_fp8 == "fp8_e5m2" else torch.float8_e4m3fn
-        kc, vc = (t.mul(0.5).to(fp8_dtype).view(torch.uint8) for t in (kc, vc))
-    else:
-        kc, vc = kc.to(dtype), vc.to(dtype)
-    order = torch.randperm(num_blocks - 1, device="cuda", generator=gen) + 1
-    table = order[: seqs * pages].view(seqs, pages).to(torch.int32)
-    if pages == 0:
-        table = torch.zeros(seqs, 1, dtype=torch.int32, device="cuda")
-    total = seqs * new
-    q = torch.randn(total, hq, d, device="cuda", generator=gen).to(dtype)
-    k = torch.randn(total, hkv, d, device="cuda", generator=gen).to(dtype)
-    v = torch.randn(total, hkv, d, device="cuda", generator=gen).to(dtype)
-    starts = torch.arange(0, total + 1, new, dtype=torch.int32, device="cuda")
-    return dict(
-        q=q, k=k, v=v, o=torch.empty_like(q), k_cache=kc, v_cache=vc, block_table=table,
-        query_start=starts, seq_lens=torch.full((seqs,), ctx + new, dtype=torch.int32,
-                                                device="cuda"),
-        ctx=ctx, new=new, max_query_len=new, sm_scale=1.0 / math.sqrt(d),
-        kv_cache_dtype=kv_fp8 or "auto", fp8_dtype=fp8_dtype,
-        k_scale=torch.tensor([0.8], device="cuda"), v_scale=torch.tensor([1.2], device="cuda"),
-        alibi_slopes=(torch.rand(hq, device="cuda", generator=gen) * 0.1) if alibi else None,
-        window=window,
+def make(seqs: int, ctx: int, new: int, hq: int, hkv: int, d: int, args) -> Dict[str, Any]:
+    """One call's arguments on the GPU (``prefill_cases``), plus the case's ctx and new."""
+    a = make_prefill_inputs(
+        [(ctx, new)] * seqs, hq, hkv, d, PAGE, args.dtype, device="cuda",
+        kv_cache_dtype=args.kv_cache_dtype, alibi=args.alibi, sliding_window=args.window,
     )  # fmt: skip
-
-
-def sample_rows(a: Dict[str, Any], count: int = 24) -> List[int]:
-    """Token rows to check: each sequence's first and last rows and a spread between."""
-    rows = set()
-    starts = a["query_start"].tolist()
-    for s0, s1 in zip(starts, starts[1:]):
-        step = max((s1 - s0) // max(count // len(starts[1:]), 1), 1)
-        rows.update(range(s0, s1, step))
-        rows.update((s0, s1 - 1))
-    return sorted(rows)
+    a.update(ctx=ctx, new=new)
+    return a
 
 
 def check(a: Dict[str, Any], out: torch.Tensor) -> float:
-    """Relative error of ``out`` against the float64 reference on sampled rows."""
-    rows = sample_rows(a)
-    fp8 = a["fp8_dtype"]
-    ref = reference_prefix_prefill(
-        a["q"], a["k"], a["v"],
-        a["k_cache"], a["v_cache"], a["block_table"], a["query_start"].tolist(),
-        a["seq_lens"].tolist(), a["sm_scale"], a["alibi_slopes"], a["window"], fp8,
-        float(a["k_scale"]) if fp8 else 1.0, float(a["v_scale"]) if fp8 else 1.0,
-        rows=rows, device=torch.device("cuda"),
-    )  # fmt: skip
-    got = out[rows].to(torch.float64)
-    want = ref[rows]
-    if not torch.isfinite(got).all():
-        return float("inf")
-    return float((got - want).norm() / want.norm())
+    """Relative error of ``out`` against the float64 reference on sampled rows (on the GPU)."""
+    return prefill_error(a, out, rows=sample_rows(a), device=torch.device("cuda"))
 
 
 def ours(a: Dict[str, Any], config: Optional[PrefillConfig] = None) -> Callable[[], None]:
-    fp8 = a["fp8_dtype"]
-    kc = a["k_cache"].view(fp8) if fp8 else a["k_cache"]
-    vc = a["v_cache"].view(fp8) if fp8 else a["v_cache"]
+    kwargs = launch_arguments(a)
 
     def run() -> None:
-        prefix_prefill_triton(
-            a["q"], a["k"], a["v"], a["o"], kc, vc, a["block_table"], a["query_start"],
-            a["seq_lens"], a["max_query_len"], a["sm_scale"], a["k_scale"], a["v_scale"],
-            a["alibi_slopes"], a["window"], False, config,
-        )  # fmt: skip
+        prefix_prefill_triton(**kwargs, config=config)
 
     return run
 
@@ -214,7 +158,7 @@ def tree(a: Dict[str, Any], module: types.ModuleType, warps: Optional[int] = Non
             a["q"], a["k"], a["v"], a["o"], a["kv_cache_dtype"], a["k_cache"], a["v_cache"],
             a["block_table"], a["query_start"], a["seq_lens"], a["ctx"] + a["new"],
             a["max_query_len"], a["k_scale"], a["v_scale"], a["alibi_slopes"],
-            a["window"] or None, a["sm_scale"],
+            a["sliding_window"] or None, a["sm_scale"],
         )  # fmt: skip
 
     return run
@@ -307,8 +251,7 @@ def contiguous_out(fn) -> Callable[[], torch.Tensor]:
 
 def bench_case(name: str, peak: float, args, trees) -> Dict[str, Any]:
     seqs, ctx, new, hq, hkv, d = CASES[name]
-    a = make(seqs, ctx, new, hq, hkv, d, dtype=args.dtype, kv_fp8=args.kv_fp8,
-             alibi=args.alibi, window=args.window)  # fmt: skip
+    a = make(seqs, ctx, new, hq, hkv, d, args)
     work = flops(seqs, ctx, new, hq, d)
     d_pad = max(1 << (d - 1).bit_length(), 16)
     default = pick_config(d_pad, a["q"].element_size())
@@ -323,7 +266,7 @@ def bench_case(name: str, peak: float, args, trees) -> Dict[str, Any]:
     if not args.no_baselines:
         for label, module, warps in trees:
             rows.append(row_of(label, a, tree(a, module, warps), work, peak))
-        if seqs == 1 and args.kv_fp8 is None and not args.alibi and not args.window:
+        if seqs == 1 and args.kv_cache_dtype == "auto" and not args.alibi and not args.window:
             for label, make_fn in (("torch SDPA", sdpa), ("FlexAttention", flex)):
                 try:
                     fn = make_fn(a)
@@ -343,7 +286,7 @@ def headline(peak: float, trees, args, prompt: int = 100_000, chunk: int = 16_38
     done = 0
     while done < prompt:
         new = min(chunk, prompt - done)
-        a = make(1, done, new, 32, 8, 128, dtype=args.dtype)
+        a = make(1, done, new, 32, 8, 128, args)
         impls = [("ours", ours(a))] + [(label, tree(a, m, w)) for label, m, w in trees[:1]]
         for label, fn in impls:
             totals[label] = totals.get(label, 0.0) + cuda_ms(fn, budget_ms=600)
@@ -379,7 +322,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--no-baselines", action="store_true")
     parser.add_argument("--no-headline", action="store_true")
     parser.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16"))
-    parser.add_argument("--kv-fp8", default=None, choices=("fp8", "fp8_e4m3", "fp8_e5m2"))
+    parser.add_argument(
+        "--kv-cache-dtype", default="auto", choices=("auto", "fp8", "fp8_e4m3", "fp8_e5m2")
+    )
     parser.add_argument("--alibi", action="store_true")
     parser.add_argument("--window", type=int, default=0)
     parser.add_argument("--json", type=Path)

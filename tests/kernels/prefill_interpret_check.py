@@ -1,0 +1,71 @@
+"""Run the prefix-prefill Triton kernel under TRITON_INTERPRET=1 on small CPU cases.
+
+Invoked by test_prefill_interpret.py in a subprocess (the variable must be set before
+Triton is imported).  Prints one line per case and exits 1 if any is off.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+assert os.environ.get("TRITON_INTERPRET") == "1", "run with TRITON_INTERPRET=1"
+
+import torch  # noqa: E402
+from interpret_check import _patch_interpreter  # noqa: E402  (this script's directory)
+
+from vllm_codemod.kernels.prefill_cases import (  # noqa: E402
+    launch_arguments,
+    make_prefill_inputs,
+    prefill_error,
+)
+from vllm_codemod.kernels.prefill_launch import (  # noqa: E402
+    PrefillConfig,
+    prefix_prefill_triton,
+)
+
+SMALL = PrefillConfig(32, 16, 4, 1)  # several tiles in every loop on small cases
+BF16, F16, F32 = torch.bfloat16, torch.float16, torch.float32
+TOLERANCE = {BF16: 1e-2, F16: 2e-3, F32: 1e-4}
+
+# name: (lens [(ctx, new)], heads, kv heads, head, page, dtype, extra, config)
+CASES = {
+    "gqa ragged": ([(5, 3), (37, 40), (16, 17)], 4, 2, 32, 16, F16, {}, SMALL),
+    "mqa": ([(40, 21)], 4, 1, 32, 16, BF16, {}, SMALL),
+    "mha": ([(33, 30)], 2, 2, 64, 16, F16, {}, SMALL),
+    "head 96": ([(20, 19), (3, 33)], 2, 1, 96, 16, F16, {}, SMALL),
+    "head 24 page 32": ([(50, 9), (0, 20)], 6, 2, 24, 32, F16, {}, SMALL),
+    "ctx 0": ([(0, 45)], 2, 1, 32, 16, F16, {}, SMALL),
+    "new 1": ([(70, 1), (0, 1)], 2, 1, 32, 16, F16, {}, SMALL),
+    "ctx not a page multiple": ([(17, 33), (31, 5)], 2, 2, 32, 16, F16, {}, SMALL),
+    "alibi": ([(20, 30), (50, 9)], 4, 2, 32, 16, F16, {"alibi": True}, SMALL),
+    "sliding window": ([(40, 30), (9, 50)], 4, 2, 32, 16, F16, {"sliding_window": 13}, SMALL),
+    "window wider than ctx": ([(10, 20)], 2, 1, 32, 16, F16, {"sliding_window": 200}, SMALL),
+    "fp8 e4m3": ([(40, 20), (17, 9)], 4, 2, 32, 16, BF16, {"kv_cache_dtype": "fp8"}, SMALL),
+    "fp8 e5m2": ([(33, 12)], 4, 2, 32, 16, F16, {"kv_cache_dtype": "fp8_e5m2"}, SMALL),
+    "skip decode": ([(20, 30), (50, 1), (7, 9)], 2, 1, 32, 16, F16, {"skip_decode": True}, SMALL),
+    "fp32": ([(20, 30), (50, 9)], 2, 1, 32, 16, F32, {}, SMALL),
+    "default config": ([(70, 140), (0, 33)], 2, 1, 64, 16, BF16, {}, None),
+}
+
+
+def run(name: str) -> float:
+    lens, hq, hkv, d, page, dtype, extra, config = CASES[name]
+    a = make_prefill_inputs(lens, hq, hkv, d, page, dtype, seed=len(name), **extra)
+    prefix_prefill_triton(**launch_arguments(a), config=config)
+    return prefill_error(a, a["o"])
+
+
+def main() -> int:
+    _patch_interpreter()  # bf16 tl.dot and loop bounds under the interpreter
+    failed = 0
+    for name, case in CASES.items():
+        err = run(name)
+        ok = err <= TOLERANCE[case[5]]
+        failed += not ok
+        print(f"{'ok ' if ok else 'BAD'} {name}: rel err {err:.2e}", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

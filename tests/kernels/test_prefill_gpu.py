@@ -1,0 +1,81 @@
+"""The prefix-prefill Triton kernel on a CUDA device against float64 (skipped without one).
+
+The interpreter's small cases (prefill_interpret_check.CASES) at the launcher's default
+configs and at small tiles, then long cases checked on a row sample: one 16K-token chunk
+over a 16K context (GQA 32/8, head 128), head 256, a batch, ALiBi, a sliding window, and
+fp8 caches.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+torch = pytest.importorskip("torch")  # the CPU suite runs without torch too
+
+HAS_GPU = torch.cuda.is_available() and importlib.util.find_spec("triton") is not None
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA device and Triton"),
+]
+
+if HAS_GPU:
+    from vllm_codemod.kernels.prefill_cases import (
+        launch_arguments,
+        make_prefill_inputs,
+        prefill_error,
+        sample_rows,
+    )
+    from vllm_codemod.kernels.prefill_launch import PrefillConfig, prefix_prefill_triton
+
+BF16 = torch.bfloat16
+SMALL_CASES = {
+    "gqa ragged": ([(5, 3), (37, 40), (16, 17)], 4, 2, 32, 16, {}),
+    "mqa": ([(40, 21)], 4, 1, 32, 16, {}),
+    "head 96": ([(20, 19), (3, 33)], 2, 1, 96, 16, {}),
+    "head 24 page 32": ([(50, 9), (0, 20)], 6, 2, 24, 32, {}),
+    "head 256": ([(300, 100)], 4, 2, 256, 16, {}),
+    "ctx 0": ([(0, 45)], 2, 1, 32, 16, {}),
+    "new 1": ([(70, 1), (0, 1)], 2, 1, 32, 16, {}),
+    "ctx not a page multiple": ([(17, 33), (31, 5)], 2, 2, 32, 16, {}),
+    "alibi": ([(200, 300), (50, 9)], 4, 2, 128, 16, {"alibi": True}),
+    "sliding window": ([(400, 300), (9, 50)], 4, 2, 128, 16, {"sliding_window": 130}),
+    "fp8 e4m3": ([(400, 200), (17, 9)], 4, 2, 128, 16, {"kv_cache_dtype": "fp8"}),
+    "fp8 e5m2": ([(333, 120)], 4, 2, 128, 16, {"kv_cache_dtype": "fp8_e5m2"}),
+    "skip decode": ([(20, 30), (50, 1), (7, 9)], 2, 1, 64, 16, {"skip_decode": True}),
+}
+
+
+@pytest.mark.parametrize("dtype", [BF16, torch.float16, torch.float32], ids=str)
+@pytest.mark.parametrize("config", [None, (32, 16, 4, 1)], ids=["default", "small"])
+@pytest.mark.parametrize("name", sorted(SMALL_CASES))
+def test_small_cases(name, config, dtype):
+    lens, hq, hkv, d, page, extra = SMALL_CASES[name]
+    a = make_prefill_inputs(lens, hq, hkv, d, page, dtype, device="cuda", seed=7, **extra)
+    cfg = PrefillConfig(*config) if config else None
+    prefix_prefill_triton(**launch_arguments(a), config=cfg)
+    torch.cuda.synchronize()
+    err = prefill_error(a, a["o"])
+    assert err <= (2e-2 if dtype is BF16 else 5e-3), err
+
+
+LONG_CASES = {
+    "1x(16K+16K) 32/8/128": ([(16384, 16384)], 32, 8, 128, {}),
+    "1x(8K+4K) 16/2/256": ([(8192, 4096)], 16, 2, 256, {}),
+    "8x(1K+512) 32/8/128": ([(1024, 512)] * 8, 32, 8, 128, {}),
+    "alibi 1x(4K+4K)": ([(4096, 4096)], 32, 8, 128, {"alibi": True}),
+    "window 1x(8K+4K)": ([(8192, 4096)], 32, 8, 128, {"sliding_window": 4096}),
+    "fp8 1x(8K+4K)": ([(8192, 4096)], 32, 8, 128, {"kv_cache_dtype": "fp8"}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LONG_CASES))
+def test_long_cases_on_a_row_sample(name):
+    lens, hq, hkv, d, extra = LONG_CASES[name]
+    a = make_prefill_inputs(lens, hq, hkv, d, 16, BF16, device="cuda", seed=3, **extra)
+    prefix_prefill_triton(**launch_arguments(a))
+    torch.cuda.synchronize()
+    assert not torch.isnan(a["o"]).any()  # every row written
+    err = prefill_error(a, a["o"], rows=sample_rows(a), device=torch.device("cuda"))
+    assert err <= 2e-2, err
