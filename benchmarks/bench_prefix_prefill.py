@@ -12,11 +12,12 @@ paged context and, causally, to themselves.  Per case, side by side in one proce
 
 Every row is checked against the float64 reference (``kernels.reference``) on a sample of
 query rows before it is timed; a row off by more than 2e-2 (relative Frobenius) is
-reported as wrong and not timed.  Timing: warm-up, CUDA events around each call, median
-of the repeats.  FLOP: causal, ``4 * heads * head_size * new * (ctx + (new + 1) / 2)``
-per sequence; the % column is of an 8192^3 bf16 matmul timed in the same run.  The
-headline: a 100K prompt prefilled in 16K-token chunks (the chunk's context grows), total
-attention time of one layer, ours against the tree's 0.8.3 kernel.
+reported as wrong and not timed.  Timing: ``bench_paged_attention.bench`` (Triton's
+do_bench: warm-up, CUDA events, median).  FLOP: causal,
+``4 * heads * head_size * new * (ctx + (new + 1) / 2)`` per sequence; the % column is of
+an 8192^3 bf16 matmul timed in the same run.  The headline: a 100K prompt prefilled in
+16K-token chunks (the chunk's context grows), total attention time of one layer, ours
+against the tree's 0.8.3 kernel.
 
     python benchmarks/bench_prefix_prefill.py [--quick] [--json out.json]
         [--config 128,64,8,3 ...] [--only NAME ...] [--no-baselines]
@@ -26,13 +27,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import types
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
+from bench_paged_attention import bench  # this directory: run as `python benchmarks/...`
 
 from vllm_codemod.kernels.prefill_cases import (
     launch_arguments,
@@ -68,32 +69,10 @@ def flops(seqs: int, ctx: int, new: int, heads: int, head: int) -> float:
     return seqs * 4.0 * heads * head * new * (ctx + (new + 1) / 2)
 
 
-def cuda_ms(fn: Callable[[], Any], budget_ms: float = 1500.0, warmup: int = 2) -> float:
-    """Median ms of ``fn`` over repeats timed with CUDA events, about ``budget_ms`` in all."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    fn()
-    end.record()
-    torch.cuda.synchronize()
-    once = max(start.elapsed_time(end), 1e-3)
-    reps = int(min(max(budget_ms / once, 5), 200))
-    times = []
-    for _ in range(reps):
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
-
-
 def matmul_tflops(n: int = 8192) -> float:
     a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    ms = cuda_ms(lambda: a @ b, budget_ms=2000)
+    ms = bench(lambda: a @ b, warmup=100, rep=2000)
     return 2 * n**3 / (ms * 1e-3) / 1e12
 
 
@@ -235,7 +214,7 @@ def row_of(
     if not err <= TOLERANCE:
         print(f"    {name:<22} WRONG rel err {err:.2e}", flush=True)
         return row
-    ms = cuda_ms(fn)
+    ms = bench(fn, warmup=100, rep=1500)
     row.update(ms=ms, tflops=work / ms / 1e9, pct=100 * work / ms / 1e9 / peak)
     print(
         f"    {name:<22} {ms:9.3f} ms {row['tflops']:7.1f} TFLOP/s {row['pct']:5.1f}%"
@@ -289,7 +268,7 @@ def headline(peak: float, trees, args, prompt: int = 100_000, chunk: int = 16_38
         a = make(1, done, new, 32, 8, 128, args)
         impls = [("ours", ours(a))] + [(label, tree(a, m, w)) for label, m, w in trees[:1]]
         for label, fn in impls:
-            totals[label] = totals.get(label, 0.0) + cuda_ms(fn, budget_ms=600)
+            totals[label] = totals.get(label, 0.0) + bench(fn, warmup=50, rep=600)
         done += new
         del a
         torch.cuda.empty_cache()

@@ -14,16 +14,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
+from .call import fp8_dtype
 from .reference import reference_prefix_prefill
-
-#: kv_cache_dtype spellings of vLLM -> the float8 dtype the cache bytes hold
-FP8_DTYPES = {"fp8": "float8_e4m3fn", "fp8_e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2"}
-
-
-def fp8_dtype_of(kv_cache_dtype: str) -> Optional[torch.dtype]:
-    """The float8 dtype of an fp8 ``kv_cache_dtype`` (None for "auto" and 16/32-bit caches)."""
-    name = FP8_DTYPES.get(kv_cache_dtype)
-    return getattr(torch, name) if name else None
 
 
 def make_prefill_inputs(
@@ -46,7 +38,7 @@ def make_prefill_inputs(
     vLLM; ``fp8_dtype`` names their float8 type.  Scales are 1-element float32 tensors.
     """
     gen = torch.Generator(device=device).manual_seed(seed)
-    fp8 = fp8_dtype_of(kv_cache_dtype)
+    fp8 = fp8_dtype(kv_cache_dtype)
     pages = [math.ceil(ctx / page) for ctx, _ in lens]
     num_blocks = sum(pages) + 2
     elem = 1 if fp8 is not None else torch.tensor([], dtype=dtype).element_size()

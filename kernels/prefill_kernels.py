@@ -73,6 +73,22 @@ def _bias_and_mask(
 
 
 @triton.jit
+def _load_kv(k_ptrs, v_ptrs, d_ok, n_ok, PADDED: tl.constexpr, MASK_N: tl.constexpr):
+    """K^T [D, N] and V [N, D]; masks only the padded head lanes and, with ``MASK_N``,
+    the keys past the end (unmasked loads keep their full vector width)."""
+    if MASK_N:
+        k = tl.load(k_ptrs, mask=n_ok[None, :] & d_ok[:, None], other=0.0)
+        v = tl.load(v_ptrs, mask=n_ok[:, None] & d_ok[None, :], other=0.0)
+    elif PADDED:
+        k = tl.load(k_ptrs, mask=d_ok[:, None], other=0.0)
+        v = tl.load(v_ptrs, mask=d_ok[None, :], other=0.0)
+    else:
+        k = tl.load(k_ptrs)
+        v = tl.load(v_ptrs)
+    return k, v
+
+
+@triton.jit
 def _context_tile(
     acc, l_i, m_i, q, start_n, ctx_len, q_pos, slope_log2, window, ctx_scale,
     bt_row, kc_base, vc_base, k_d, v_d, d_ok, offs_n,
@@ -93,12 +109,7 @@ def _context_tile(
     t_in = k_idx % PAGE
     k_ptrs = kc_base + (blk * stride_kcb + t_in * stride_kct)[None, :] + k_d[:, None]
     v_ptrs = vc_base + (blk * stride_vcb + t_in * stride_vct)[:, None] + v_d[None, :]
-    if D_PAD == HEAD_SIZE:
-        k = tl.load(k_ptrs)
-        v = tl.load(v_ptrs)
-    else:
-        k = tl.load(k_ptrs, mask=d_ok[:, None], other=0.0)
-        v = tl.load(v_ptrs, mask=d_ok[None, :], other=0.0)
+    k, v = _load_kv(k_ptrs, v_ptrs, d_ok, d_ok, D_PAD != HEAD_SIZE, False)
     if FP8:
         k = k.to(q.dtype)
         v = v.to(q.dtype)
@@ -206,12 +217,7 @@ def _prefix_prefill_kernel(
         k_idx = start_n + offs_n
         k_ptrs = k_base + k_idx[None, :] * stride_kt + offs_d[:, None]
         v_ptrs = v_base + k_idx[:, None] * stride_vt + offs_d[None, :]
-        if D_PAD == HEAD_SIZE:
-            k = tl.load(k_ptrs)
-            v = tl.load(v_ptrs)
-        else:
-            k = tl.load(k_ptrs, mask=d_ok[:, None], other=0.0)
-            v = tl.load(v_ptrs, mask=d_ok[None, :], other=0.0)
+        k, v = _load_kv(k_ptrs, v_ptrs, d_ok, d_ok, D_PAD != HEAD_SIZE, False)
         s = tl.dot(q, k) * qk_scale
         s = _bias_and_mask(
             s, q_pos, ctx_len + k_idx, slope_log2, window, WINDOW, ctx_len + m0,
@@ -223,11 +229,9 @@ def _prefix_prefill_kernel(
     hi_c = tl.minimum(m0 + BLOCK_M, q_len)
     for start_n in range(m0, hi_c, BLOCK_N):
         k_idx = start_n + offs_n
-        n_ok = k_idx < q_len
         k_ptrs = k_base + k_idx[None, :] * stride_kt + offs_d[:, None]
         v_ptrs = v_base + k_idx[:, None] * stride_vt + offs_d[None, :]
-        k = tl.load(k_ptrs, mask=n_ok[None, :] & d_ok[:, None], other=0.0)
-        v = tl.load(v_ptrs, mask=n_ok[:, None] & d_ok[None, :], other=0.0)
+        k, v = _load_kv(k_ptrs, v_ptrs, d_ok, k_idx < q_len, D_PAD != HEAD_SIZE, True)
         s = tl.dot(q, k) * qk_scale
         s = _bias_and_mask(
             s, q_pos, ctx_len + k_idx, slope_log2, window, True, ctx_len + q_len,
@@ -240,4 +244,4 @@ def _prefix_prefill_kernel(
     tl.store(o_ptrs, out.to(OUT.dtype.element_ty), mask=m_ok[:, None] & d_ok[None, :])
 
 
-__all__ = ["LOG2E", "_prefix_prefill_kernel", "triton"]
+__all__ = ["LOG2E", "_prefix_prefill_kernel"]

@@ -1,6 +1,6 @@
 """Run the prefix-prefill Triton kernel under TRITON_INTERPRET=1 on small CPU cases.
 
-Invoked by test_prefill_interpret.py in a subprocess (the variable must be set before
+Invoked by test_pa_interpret.py in a subprocess (the variable must be set before
 Triton is imported).  Prints one line per case and exits 1 if any is off.
 """
 
