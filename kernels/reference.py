@@ -6,7 +6,7 @@ shares no code with the kernels.  For tests and the self-check only.
 
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
+from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
@@ -27,17 +27,18 @@ def gather_kv(
     fp8_dtype: Optional[torch.dtype] = None,
     k_scale: float = 1.0,
     v_scale: float = 1.0,
+    device: Any = "cpu",
 ) -> Tuple[torch.Tensor, torch.Tensor]:
-    """K, V of one sequence as float64 ``[kv_heads, seq_len, head_size]``."""
+    """K, V of one sequence as float64 ``[kv_heads, seq_len, head_size]`` on ``device``."""
     block_size = value_cache.shape[3]
-    pos = torch.arange(seq_len)
-    blocks = block_table.to(torch.int64).cpu()[pos // block_size]
+    pos = torch.arange(seq_len, device=device)
+    blocks = block_table.to(torch.int64).to(device)[pos // block_size]
     offsets = pos % block_size
-    kc = key_cache.cpu()
-    vc = value_cache.cpu()
+    kc = key_cache.to(device)
+    vc = value_cache.to(device)
     # key_cache[b, h, d // x, t, d % x]; value_cache[b, h, d, t]
     k = kc[blocks, :, :, offsets, :]  # [L, kvh, D/x, x]
-    k = k.reshape(seq_len, kc.shape[1], -1).permute(1, 0, 2)
+    k = k.reshape(seq_len, kc.shape[1], vc.shape[2]).permute(1, 0, 2)  # seq_len may be 0
     v = vc[blocks, :, :, offsets].permute(1, 0, 2)  # [kvh, L, D]
     return _dequant(k, fp8_dtype, k_scale), _dequant(v, fp8_dtype, v_scale)
 
@@ -46,10 +47,10 @@ def _logits(query_s, k, scale, alibi_slopes, seq_len):
     num_heads = query_s.shape[0]
     group = num_heads // k.shape[0]
     kk = k.repeat_interleave(group, dim=0)  # [H, L, D]
-    logits = torch.einsum("hd,hld->hl", query_s.to(torch.float64).cpu(), kk) * scale
+    logits = torch.einsum("hd,hld->hl", query_s.to(torch.float64).to(k.device), kk) * scale
     if alibi_slopes is not None:
-        rel = (torch.arange(seq_len) - seq_len + 1).to(torch.float64)
-        logits = logits + alibi_slopes.to(torch.float64).cpu()[:, None] * rel[None, :]
+        rel = (torch.arange(seq_len, device=k.device) - seq_len + 1).to(torch.float64)
+        logits = logits + alibi_slopes.to(torch.float64).to(k.device)[:, None] * rel[None, :]
     return logits, group
 
 
@@ -64,18 +65,46 @@ def reference_paged_attention(
     fp8_dtype: Optional[torch.dtype] = None,
     k_scale: float = 1.0,
     v_scale: float = 1.0,
+    device: Any = "cpu",
 ) -> torch.Tensor:
-    """Attention output as float64 ``[num_seqs, num_heads, head_size]`` on the CPU."""
+    """Attention output as float64 ``[num_seqs, num_heads, head_size]`` on ``device`` (the
+    CPU unless a benchmark's 100K-token cache asks for its GPU)."""
     lens = [int(n) for n in seq_lens]
     outs: List[torch.Tensor] = []
     for s, seq_len in enumerate(lens):
         k, v = gather_kv(
-            key_cache, value_cache, block_tables[s], seq_len, fp8_dtype, k_scale, v_scale
+            key_cache, value_cache, block_tables[s], seq_len, fp8_dtype, k_scale, v_scale, device
         )
         logits, group = _logits(query[s], k, scale, alibi_slopes, seq_len)
         prob = torch.softmax(logits, dim=-1)
         outs.append(torch.einsum("hl,hld->hd", prob, v.repeat_interleave(group, dim=0)))
     return torch.stack(outs)
+
+
+def reference_for_args(
+    a: Mapping[str, Any],
+    seqs: Optional[Sequence[int]] = None,
+    seq_lens: Optional[Sequence[int]] = None,
+    **options: Any,
+) -> torch.Tensor:
+    """:func:`reference_paged_attention` of a dict of ``paged_attention_v2`` arguments
+    (canonical names), for the sequences ``seqs`` (default: all) with lengths ``seq_lens``
+    (default: ``a["seq_lens"]``; a test may have changed those, e.g. to an empty one).
+    ``options``: fp8_dtype, k_scale, v_scale, device."""
+    lens = a["seq_lens"].tolist() if seq_lens is None else list(seq_lens)
+    query, tables = a["query"], a["block_tables"]
+    if seqs is not None:
+        query, tables, lens = query[list(seqs)], tables[list(seqs)], [lens[i] for i in seqs]
+    return reference_paged_attention(
+        query,
+        a["key_cache"],
+        a["value_cache"],
+        tables,
+        lens,
+        a["scale"],
+        a.get("alibi_slopes"),
+        **options,
+    )
 
 
 def reference_partitions(

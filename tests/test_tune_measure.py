@@ -42,7 +42,7 @@ NOISE = DEFAULT._replace(prefetch=1)  # 1% faster: within the noise margin
 
 
 class FakeTriton:
-    """The parts of triton_impl that tune touches."""
+    """The parts of decode_launch that tune touches."""
 
     LaunchConfig = LaunchConfig
     K3D_CONFIGS = {128: DEFAULT}
@@ -230,7 +230,7 @@ def test_grid():
 
 @pytest.fixture
 def real_tables(monkeypatch):
-    """kernels/triton_impl.py imported with a stand-in ``triton`` (jit = identity): its
+    """kernels/decode_launch.py imported with a stand-in ``triton`` (jit = identity): its
     LaunchConfig, tables and pick_config are plain Python, so the candidate search can be
     checked against the real tables without a GPU."""
     import importlib.util
@@ -248,7 +248,7 @@ def real_tables(monkeypatch):
     triton.language = language
     monkeypatch.setitem(sys.modules, "triton", triton)
     monkeypatch.setitem(sys.modules, "triton.language", language)
-    path = Path(kernels_pkg.__file__).parent / "triton_impl.py"
+    path = Path(kernels_pkg.__file__).parent / "decode_launch.py"
     name = "vllm_codemod.kernels._tune_test_triton_impl"
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)

@@ -50,7 +50,7 @@ def _reachable(cfg, d_pad, g_pad):
 
 
 def test_every_case_is_a_launch_the_tables_make(check):
-    from vllm_codemod.kernels.triton_impl import group_rows
+    from vllm_codemod.kernels.decode_launch import group_rows
 
     seen = set()
     for hs, _dtype, _bs, _alibi, (nh, nkv), _lens, cname, cfg in check.cases(False):
