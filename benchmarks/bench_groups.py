@@ -70,9 +70,9 @@ def main():
     opts = ap.parse_args()
     configs = CONFIGS
     if opts.no_k3d:
-        from vllm_codemod.kernels import triton_impl
+        from vllm_codemod.kernels import decode_launch
 
-        triton_impl.HAS_PERMUTE = False
+        decode_launch.HAS_PERMUTE = False
         configs = [c._replace(k3d=False) for c in CONFIGS]
         configs += [LaunchConfig(16, 1, 2, True), LaunchConfig(16, 1, 1, False)]
     bw = bpa.copy_bandwidth()

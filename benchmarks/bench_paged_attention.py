@@ -227,15 +227,15 @@ def item_tokens(plan, lens):
 
 
 def plan_of(call, lens):
-    """What the entry point launched for this call: the plan triton_impl built for it
+    """What the entry point launched for this call: the plan decode_launch built for it
     (config as the tables or a tuning table picked it, the tokens per program, one or two
     launches, the grid)."""
-    from vllm_codemod.kernels import triton_impl
+    from vllm_codemod.kernels import decode_launch
 
-    triton_impl._plans.clear()
+    decode_launch._plans.clear()
     call()
     torch.cuda.synchronize()
-    (plan,) = triton_impl._plans.values()
+    (plan,) = decode_launch._plans.values()
     k = plan.partition.constexprs
     return dict(
         config=list(plan.config),
@@ -250,10 +250,10 @@ def plan_of(call, lens):
 
 def resources():
     """Registers, spills and shared memory of every compiled partition/reduce kernel."""
-    from vllm_codemod.kernels import triton_impl
+    from vllm_codemod.kernels import decode_launch
 
     found = {}
-    for plan in triton_impl._plans.values():
+    for plan in decode_launch._plans.values():
         for kind in ("partition", "reduce"):
             kernel = getattr(plan, kind)
             k = None if kernel is None else kernel.compiled  # a fused plan has no reduce
@@ -359,24 +359,24 @@ def host_cost():
     floors (host_floors.py): three rounds each, interleaved, medians."""
     from host_floors import floors
 
-    from vllm_codemod.kernels import triton_impl
+    from vllm_codemod.kernels import decode_launch
 
     fns = {}
     for tokens in (HOST_SHAPE[0][0], 4096):
         fns[tokens] = entry(make([tokens], *HOST_SHAPE[1:]))
-    saved = triton_impl._fast["enabled"]
+    saved = decode_launch._fast["enabled"]
     runs = {}
     try:
         for _ in range(3):
             for tokens, fn in fns.items():
                 for label, fast in (("entry_fast", saved), ("entry_plain", False)):
-                    triton_impl._fast["enabled"] = fast
+                    decode_launch._fast["enabled"] = fast
                     runs.setdefault(f"{label} {tokens}", []).append(host_us(fn, HOST_CALLS))
-                triton_impl._fast["enabled"] = saved
+                decode_launch._fast["enabled"] = saved
             for label, row in floors(host_us, HOST_CALLS).items():
                 runs.setdefault(label, []).append((row["enqueue_us"], row["wall_us"]))
     finally:
-        triton_impl._fast["enabled"] = saved
+        decode_launch._fast["enabled"] = saved
     rows = {}
     for label, got in runs.items():
         enqueue = statistics.median(e for e, _ in got)

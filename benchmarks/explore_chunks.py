@@ -26,8 +26,8 @@ from bench_paged_attention import (
     rel,
 )
 
+from vllm_codemod.kernels import decode_launch as ti
 from vllm_codemod.kernels import launch_tables
-from vllm_codemod.kernels import triton_impl as ti
 from vllm_codemod.kernels.launch_tables import LaunchConfig as LC
 
 H128 = [LC(64, 2, 1, True, 0, True), LC(32, 1, 1, True, 1, True), LC(32, 2, 1, True, 1, True)]

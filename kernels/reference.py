@@ -27,18 +27,19 @@ def gather_kv(
     fp8_dtype: Optional[torch.dtype] = None,
     k_scale: float = 1.0,
     v_scale: float = 1.0,
-    device: Any = "cpu",
+    device: Optional[torch.device] = None,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
-    """K, V of one sequence as float64 ``[kv_heads, seq_len, head_size]`` on ``device``."""
+    """K, V of one sequence as float64 ``[kv_heads, seq_len, head_size]`` (CPU by default)."""
+    device = device or torch.device("cpu")
     block_size = value_cache.shape[3]
     pos = torch.arange(seq_len, device=device)
-    blocks = block_table.to(torch.int64).to(device)[pos // block_size]
+    blocks = block_table.to(device=device, dtype=torch.int64)[pos // block_size]
     offsets = pos % block_size
     kc = key_cache.to(device)
     vc = value_cache.to(device)
     # key_cache[b, h, d // x, t, d % x]; value_cache[b, h, d, t]
     k = kc[blocks, :, :, offsets, :]  # [L, kvh, D/x, x]
-    k = k.reshape(seq_len, kc.shape[1], vc.shape[2]).permute(1, 0, 2)  # seq_len may be 0
+    k = k.reshape(seq_len, kc.shape[1], kc.shape[2] * kc.shape[4]).permute(1, 0, 2)
     v = vc[blocks, :, :, offsets].permute(1, 0, 2)  # [kvh, L, D]
     return _dequant(k, fp8_dtype, k_scale), _dequant(v, fp8_dtype, v_scale)
 
@@ -65,7 +66,7 @@ def reference_paged_attention(
     fp8_dtype: Optional[torch.dtype] = None,
     k_scale: float = 1.0,
     v_scale: float = 1.0,
-    device: Any = "cpu",
+    device: Optional[torch.device] = None,
 ) -> torch.Tensor:
     """Attention output as float64 ``[num_seqs, num_heads, head_size]`` on ``device`` (the
     CPU unless a benchmark's 100K-token cache asks for its GPU)."""
@@ -154,8 +155,10 @@ def reference_prefix_prefill(
     k_scale: float = 1.0,
     v_scale: float = 1.0,
     skip_decode: bool = False,
+    rows: Optional[Sequence[int]] = None,
+    device: Optional[torch.device] = None,
 ) -> torch.Tensor:
-    """vLLM's ``context_attention_fwd`` as float64 ``[tokens, num_heads, head_size]`` (CPU).
+    """vLLM's ``context_attention_fwd`` as float64 ``[tokens, num_heads, head_size]``.
 
     Sequence ``s`` owns the new tokens ``query_start[s]:query_start[s + 1]`` of ``q``,
     ``k`` and ``v``; its ``seq_lens[s]`` minus that count are cached tokens, read from the
@@ -164,37 +167,46 @@ def reference_prefix_prefill(
     position - query position)`` to the scaled logit; a sliding window ``W > 0`` keeps
     the keys with ``query position - key position < W``.  Rows of sequences that
     ``skip_decode`` skips (one new token) are NaN: the kernels leave them unwritten.
+    ``rows`` (token indices) limits the work to those rows (the others are NaN), so a
+    long case can be checked on a sample; ``device`` computes there (CPU by default).
     """
+    device = device or torch.device("cpu")
     starts = [int(n) for n in query_start]
     lens = [int(n) for n in seq_lens]
-    qf = q.to(torch.float64).cpu()
-    kf = k.to(torch.float64).cpu()
-    vf = v.to(torch.float64).cpu()
+    wanted = None if rows is None else sorted({int(r) for r in rows})
+    qf = q.to(device=device, dtype=torch.float64)
+    kf = k.to(device=device, dtype=torch.float64)
+    vf = v.to(device=device, dtype=torch.float64)
     num_heads, kv_heads = qf.shape[1], kf.shape[1]
     group = num_heads // kv_heads
-    out = torch.full(qf.shape, float("nan"), dtype=torch.float64)
+    out = torch.full(qf.shape, float("nan"), dtype=torch.float64, device=device)
     for s, seq_len in enumerate(lens):
         s0, s1 = starts[s], starts[s + 1]
         new = s1 - s0
         if new == 0 or (skip_decode and new == 1):
             continue
+        mine = torch.arange(s0, s1, device=device)
+        if wanted is not None:
+            mine = torch.tensor([r for r in wanted if s0 <= r < s1], device=device)
+            if not len(mine):
+                continue
         ctx = seq_len - new
         k_ctx, v_ctx = gather_kv(
-            key_cache, value_cache, block_table[s], ctx, fp8_dtype, k_scale, v_scale
+            key_cache, value_cache, block_table[s], ctx, fp8_dtype, k_scale, v_scale, device
         )  # [kvh, ctx, D]
         keys = torch.cat([k_ctx, kf[s0:s1].permute(1, 0, 2)], dim=1)
         values = torch.cat([v_ctx, vf[s0:s1].permute(1, 0, 2)], dim=1)
         keys = keys.repeat_interleave(group, dim=0)  # [H, L, D]
         values = values.repeat_interleave(group, dim=0)
-        logits = torch.einsum("qhd,hkd->hqk", qf[s0:s1], keys) * scale
-        q_pos = torch.arange(ctx, seq_len)[:, None]
-        k_pos = torch.arange(seq_len)[None, :]
+        logits = torch.einsum("qhd,hkd->hqk", qf[mine], keys) * scale
+        q_pos = (mine - s0 + ctx)[:, None]
+        k_pos = torch.arange(seq_len, device=device)[None, :]
         if alibi_slopes is not None:
-            slopes = alibi_slopes.to(torch.float64).cpu()
+            slopes = alibi_slopes.to(device=device, dtype=torch.float64)
             logits = logits + slopes[:, None, None] * (k_pos - q_pos).to(torch.float64)
         visible = k_pos <= q_pos
         if sliding_window and sliding_window > 0:
             visible = visible & (q_pos - k_pos < sliding_window)
         logits = logits.masked_fill(~visible, float("-inf"))
-        out[s0:s1] = torch.einsum("hqk,hkd->qhd", torch.softmax(logits, dim=-1), values)
+        out[mine] = torch.einsum("hqk,hkd->qhd", torch.softmax(logits, dim=-1), values)
     return out

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import logging
 import random
 import subprocess
@@ -33,6 +32,7 @@ from vllm_codemod.kernels.signature import (  # noqa: E402
     CANONICAL_PARAMETERS,
     PARTITION_SIZE,
 )
+from vllm_codemod.tuning.tree_imports import load_file  # noqa: E402
 
 HEAD_SIZES = [32, 64, 80, 96, 112, 120, 128, 192, 256]
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
@@ -477,9 +477,7 @@ def test_kernel_logger_name_inside_a_tree():
     """Inside a patched tree the kernels log under vLLM's hierarchy (vLLM's logging
     configuration routes them); under the tool's own name elsewhere."""
     path = Path(dispatch.__file__).with_name("log.py")
-    spec = importlib.util.spec_from_file_location("vllm._codemod_kernels.log", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_file("vllm._codemod_kernels.log", path, keep=False)
     assert module.log.name == "vllm.codemod.kernels"
     assert kernel_log.name == "vllm_codemod.kernels"
 
