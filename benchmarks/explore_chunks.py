@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import torch
-from bench_paged_attention import (
+from bench_common import (
     SHAPES,
     chain_us,
     copy_bandwidth,
@@ -310,7 +310,7 @@ def main():
     if "fuse8" in parts:  # session 8: eager one-launch calls up to 8 or 16 partitions
         # Rounds interleaved across the limits (run v42 timed them one after another, and
         # the first limit of every shape came out 15-30 us slower), medians of 3.
-        from bench_paged_attention import host_us
+        from bench_common import host_us
 
         h = out.setdefault("fuse8", [])
         limits = (4, 8, 16)

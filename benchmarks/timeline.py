@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 import triton
 import triton.language as tl
-from bench_paged_attention import CHAIN, SHAPES, chain_graph, chain_us, copy_bandwidth, entry, make
+from bench_common import CHAIN, SHAPES, chain_graph, chain_us, copy_bandwidth, entry, make
 
 from vllm_codemod.kernels import decode_launch as ti
 from vllm_codemod.kernels import launch_tables
