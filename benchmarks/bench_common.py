@@ -204,3 +204,14 @@ def environment():
         torch=torch.__version__,
         triton=triton.__version__,
     )
+
+
+def main() -> None:
+    """The device, its software and its copy bandwidth: the roofline every decode
+    benchmark here reports against."""
+    print(" ".join(f"{k} {v}" for k, v in environment().items()))
+    print(f"copy bandwidth (read+write) {copy_bandwidth() / 1e9:.0f} GB/s")
+
+
+if __name__ == "__main__":
+    main()
