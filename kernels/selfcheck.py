@@ -19,26 +19,6 @@ from .reference import reference_for_args
 _TOL = {torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 2e-2}
 
 
-def _case(
-    seq_lens: List[int],
-    num_heads: int,
-    num_kv_heads: int,
-    head_size: int,
-    block_size: int,
-    dtype: torch.dtype,
-    device: str,
-    gen: torch.Generator,
-    alibi: bool = False,
-) -> Dict[str, object]:
-    a = decode_case(
-        seq_lens, num_heads, num_kv_heads, head_size, block_size, dtype, device, gen,
-        extra_partitions=1,
-    )  # fmt: skip
-    if alibi:
-        a["alibi_slopes"] = (torch.rand(num_heads, generator=gen) * 0.05).to(device)
-    return a
-
-
 def _shapes(device: str, quick: bool):
     gpu = device.startswith("cuda")
     long_len = (100_000 if not quick else 32_768) if gpu else (4096 if quick else 16_384)
@@ -83,7 +63,9 @@ def run_selfcheck(
     results: List[Dict[str, object]] = []
     shapes = _shapes(device, quick)
     for label, lens, nh, nkv, hs, bs, dtype, alibi in shapes:
-        a = _case(lens, nh, nkv, hs, bs, dtype, device, gen, alibi=bool(alibi))
+        a = decode_case(lens, nh, nkv, hs, bs, dtype, device, gen, extra_partitions=1)
+        if alibi:
+            a["alibi_slopes"] = (torch.rand(nh, generator=gen) * 0.05).to(device)
         if device.startswith("cuda"):
             torch.cuda.synchronize()
         t0 = time.perf_counter()
