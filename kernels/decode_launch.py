@@ -30,7 +30,7 @@ was built and measured in session 4 and lost at every shape (run v21); see the n
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, NamedTuple, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import torch
 import triton
@@ -38,6 +38,17 @@ import triton.language as tl
 
 from . import decode_kernels, launch_tables
 from .call import DecodeCall
+from .decode_layout import (  # noqa: F401 - group_rows: also read through this module by tune
+    Scratch,
+    Shape,
+    call_shape,
+    choose_work,
+    contiguity_hints,
+    group_rows,
+    next_pow2,
+    partition_grid,
+    smem_tile,
+)
 from .launch_tables import (  # noqa: F401 - the tables, also read through this module by tune
     DEFAULT_CONFIGS,
     FALLBACK_CONFIG,
@@ -56,12 +67,6 @@ from .launch_tables import (  # noqa: F401 - the tables, also read through this 
 from .log import log
 from .signature import PARTITION_SIZE
 
-
-def _next_pow2(n: int) -> int:
-    return 1 << max(0, (int(n) - 1).bit_length())
-
-
-MAX_GROUP_ROWS = 64
 # tl.permute / 3-D reshape arrived in Triton 3.0; older Triton keeps the 2-D K load.
 HAS_PERMUTE = hasattr(tl, "permute")
 TRITON_MAJOR = int(getattr(triton, "__version__", "0").split(".")[0])
@@ -99,13 +104,6 @@ def k3d_enabled() -> bool:
     return HAS_PERMUTE and not _k3d_state["disabled"]
 
 
-def group_rows(queries_per_kv: int) -> int:
-    """Rows of one partition program: its kv head's query heads, padded to a power of two
-    >= 16 (``tl.dot``'s minimum) and capped at MAX_GROUP_ROWS (larger groups take several
-    programs)."""
-    return max(16, min(_next_pow2(queries_per_kv), MAX_GROUP_ROWS))
-
-
 def pick_config(programs: int, d_pad: int, device: Any = None, g_pad: int = 16) -> LaunchConfig:
     """The tables' choice for this process's load path (k3d or 2-D); ``device`` unused."""
     del device
@@ -126,6 +124,10 @@ def sm_count(device: Any) -> int:
 
 class UnsupportedLayout(ValueError):
     """A tensor layout the kernels do not address (the dispatcher falls back to torch)."""
+
+
+#: Partials and counters of every plan (one launch at a time: calls run in stream order).
+_scratch = Scratch()
 
 
 class _Kernel:
@@ -156,163 +158,6 @@ class _Kernel:
             self.compiled = handle
 
 
-class _Scratch:
-    """Per-device buffers of ours: chunk partials when chunks are smaller than vLLM's
-    512-token partitions, and the fused merge's counters.  Grown on demand; a replaced
-    buffer is kept alive (a captured CUDA graph may still point at it).  Counters are zero
-    at rest (each merge resets its own), so one zeroed buffer serves every shape."""
-
-    def __init__(self) -> None:
-        self.partials: Dict[Any, Any] = {}
-        self.counters: Dict[Any, Any] = {}
-        self.retired: List[Any] = []
-
-    def partial_views(self, like: Any, num_seqs: int, num_heads: int, chunks: int, head: int):
-        """``tmp_out``, ``exp_sums``, ``max_logits`` views for ``chunks`` chunks per
-        sequence (vLLM's layout), in one buffer per (device, dtype) that at least doubles
-        when it grows.  Shared by every plan: calls run in stream order, one at a time."""
-        n_out = num_seqs * num_heads * chunks * head
-        n_ml = num_seqs * num_heads * chunks
-        key = (like.device, like.dtype)
-        held = self.partials.get(key)
-        if held is None or held[0].numel() < n_out or held[1].numel() < 2 * n_ml:
-            old_out, old_ml = (0, 0) if held is None else (held[0].numel(), held[1].numel())
-            if held is not None:
-                self.retired.append(held)
-            held = self.partials[key] = (
-                torch.empty(max(n_out, 2 * old_out), dtype=like.dtype, device=like.device),
-                torch.empty(max(2 * n_ml, 2 * old_ml), dtype=torch.float32, device=like.device),
-            )
-        out, ml = held
-        tmp = out[:n_out].view(num_seqs, num_heads, chunks, head)
-        es = ml[:n_ml].view(num_seqs, num_heads, chunks)
-        mx = ml[n_ml : 2 * n_ml].view(num_seqs, num_heads, chunks)
-        return tmp, es, mx
-
-    def counter_buffer(self, device: Any, needed: int) -> Optional[Any]:
-        """Zeroed counters, or None while a CUDA graph is being captured and the buffer
-        would have to grow (a zero-fill captured into the graph would not run now)."""
-        held = self.counters.get(device)
-        if held is not None and held.numel() >= needed:
-            return held
-        if getattr(device, "type", None) == "cuda" and torch.cuda.is_current_stream_capturing():
-            return None
-        if held is not None:
-            self.retired.append(held)
-        held = self.counters[device] = torch.zeros(
-            max(needed, 4096), dtype=torch.int32, device=device
-        )
-        return held
-
-
-_scratch = _Scratch()
-
-
-class _Shape(NamedTuple):
-    """The call's geometry as the partition kernel sees it."""
-
-    num_seqs: int
-    num_heads: int
-    head_size: int
-    qpk: int  # query heads per kv head
-    d_pad: int  # head size padded to a power of two >= 16
-    g_pad: int  # rows of one program
-    n_gc: int  # programs (group chunks) per kv head
-    num_hg: int  # kv heads x group chunks
-    f32_split: bool  # fp32 caches: the 3-pass bf16 split product
-
-
-class _Work(NamedTuple):
-    """How the tables cut the call's tokens: the config, the chunk, the balanced budget
-    (items per (kv head, group chunk); 0: fixed chunks) and whether the one-launch plan
-    in vLLM's partitions applies."""
-
-    config: LaunchConfig
-    chunk: int
-    budget: int
-    fused: bool
-
-
-def _shape(c: DecodeCall, k3d: bool) -> _Shape:
-    num_seqs, num_heads, head_size = c.query.shape
-    qpk = num_heads // c.num_kv_heads
-    d_pad = max(16, _next_pow2(head_size))
-    f32_split = c.key_cache.element_size() == 4
-    g_pad = group_rows(qpk)
-    if d_pad >= 256 and (f32_split or not k3d):
-        # At head 256 the query operand and its layout copies dominate shared memory
-        # (fp32's split bf16 query alone fills 64 KB at 64 rows; the 2-D load path of
-        # Triton 2.1 needs 53 KB at 32 rows): 16 rows per program, more group chunks.
-        g_pad = 16
-    n_gc = (qpk + g_pad - 1) // g_pad
-    return _Shape(
-        num_seqs, num_heads, head_size, qpk, d_pad, g_pad, n_gc, c.num_kv_heads * n_gc, f32_split
-    )
-
-
-def _work(
-    c: DecodeCall, s: _Shape, config: Optional[LaunchConfig], k3d: bool, fusable: bool
-) -> _Work:
-    at_max = s.num_seqs * s.num_hg * c.num_partitions  # programs with 512-token chunks
-    picked = config is None
-    if config is None:
-        config = launch_tables.pick_config(at_max, s.d_pad, s.g_pad, k3d)
-    # One launch for short sequences called eagerly (FUSE_MAX_PARTITIONS, _fusable), in
-    # vLLM's partitions.
-    if fusable and not config.chunk:
-        return _Work(config, PARTITION_SIZE, 0, True)
-    sms = sm_count(c.query.device)
-    balanced = s.num_seqs <= COMPACT_MAX_SEQS
-    if picked and balanced and k3d and not s.f32_split:
-        # The tables' config for a launch that balances, if it then does balance.
-        alt = launch_tables.balanced_config(config, s.g_pad, s.d_pad, s.num_seqs)
-        if alt != config and launch_tables.balanced_budget(
-            alt, s.g_pad, s.d_pad, sms, s.num_hg, s.num_seqs
-        ):
-            config = alt
-    chunk = launch_tables.pick_chunk(at_max, sms, config, s.g_pad, s.d_pad)
-    budget = 0
-    if balanced:
-        budget = launch_tables.balanced_budget(config, s.g_pad, s.d_pad, sms, s.num_hg, s.num_seqs)
-    return _Work(config, chunk, budget, False)
-
-
-def _smem_tile(tile: int, s: _Shape, k3d: bool) -> int:
-    """The config's tile, cut so that one program stays within 48 KB of shared memory (the
-    BI-V100's limit; checked by scripts/check_triton_compile.py on Triton 2.1 and 3.x): the
-    staged dot operands grow with rows x head size and with the tile."""
-    if s.f32_split:  # the 3-pass split product stages hi and lo halves of each operand
-        return min(tile, 16 if s.g_pad >= 64 or s.d_pad >= 256 else 32 if s.g_pad >= 32 else 64)
-    if s.g_pad >= 64 and s.d_pad >= 256:
-        return min(tile, 16)
-    if s.g_pad >= 32 and not k3d:  # Triton 2.1's 2-D load: 49408 bytes at 32 x 64
-        return min(tile, 32)
-    return tile
-
-
-def _contiguity_hints(c: DecodeCall) -> bool:
-    """Whether the contiguity hints hold: they do for vLLM's dense cache layouts (x
-    elements contiguous in K, block_size tokens contiguous in V, every block/head/row start
-    aligned to them)."""
-    ks, vs, x = c.key_cache.stride(), c.value_cache.stride(), c.key_cache.shape[4]
-    return (
-        ks[4] == 1
-        and all(v % x == 0 for v in ks[:4])
-        and vs[3] == 1
-        and all(v % c.block_size == 0 for v in vs[:3])
-    )
-
-
-def _partition_grid(s: _Shape, budget: int, stream: bool, compact: bool, n_chunks: int) -> tuple:
-    if stream:
-        return (s.num_hg * budget, 1, 1)
-    if budget:
-        return (s.num_hg * (budget + s.num_seqs), 1, 1)
-    if compact:  # sequences x chunks of the longest (>= 1): an upper bound of the items
-        return (s.num_hg * s.num_seqs * max(n_chunks, 1), 1, 1)
-    return (s.num_seqs * s.num_hg, n_chunks, 1)
-
-
 class _Plan:
     """Everything fixed for one (shapes, strides, dtypes, partitions, config): built once,
     so a call only gathers its tensors.  ``partials``: the (exp_sums, max_logits, tmp_out)
@@ -324,8 +169,9 @@ class _Plan:
     def __init__(
         self, c: DecodeCall, config: Optional[LaunchConfig], k3d: bool, fusable: bool = False
     ) -> None:
-        s = _shape(c, k3d)
-        work = _work(c, s, config, k3d, fusable)
+        s = call_shape(c, k3d)
+        balanced = s.num_seqs <= COMPACT_MAX_SEQS
+        work = choose_work(c, s, config, k3d, fusable, sm_count(c.query.device), balanced)
         self.config = config = work.config  # as given or as the tables picked it
         chunk, budget = work.chunk, work.budget
         if chunk & (chunk - 1) or not 16 <= chunk <= PARTITION_SIZE:
@@ -334,7 +180,7 @@ class _Plan:
         n_chunks = (c.max_seq_len + chunk - 1) // chunk
         tile, warps, stages, early_v, prefetch, config_k3d = tuple(config)[:6]
         k3d = k3d and bool(config_k3d)
-        tile = _smem_tile(min(tile, chunk), s, k3d)
+        tile = smem_tile(min(tile, chunk), s, k3d)
         align = max(tile, c.block_size)
         stream = bool(budget) and s.num_seqs > 1 and launch_tables.BALANCED_STREAM
         if budget:
@@ -355,7 +201,7 @@ class _Plan:
         fused = self.counters is not None
         compact = 1 < s.num_seqs <= COMPACT_MAX_SEQS and not budget
         # The lengths' vector of the compact and balanced grids; 1: one sequence, no vector.
-        ns_pad = 1 if s.num_seqs == 1 else max(2, _next_pow2(s.num_seqs))
+        ns_pad = 1 if s.num_seqs == 1 else max(2, next_pow2(s.num_seqs))
         self.n_gc = s.n_gc
         self.budget = budget
         self.part_strides = (s.num_seqs, c.num_kv_heads, s.n_gc, max(budget, 1))
@@ -366,7 +212,7 @@ class _Plan:
         self.part_strides += tuple(tmp_out.stride()) + tuple(c.out.stride()[:2])
         self.partition = _Kernel(
             decode_kernels.partition_kernel,
-            _partition_grid(s, budget, stream, compact, n_chunks),
+            partition_grid(s, budget, stream, compact, n_chunks),
             dict(
                 QUERIES_PER_KV=s.qpk,
                 G_PAD=s.g_pad,
@@ -378,12 +224,12 @@ class _Plan:
                 TILE=tile,
                 USE_ALIBI=c.alibi_slopes is not None,
                 F32_SPLIT=s.f32_split,
-                CONTIG_HINTS=_contiguity_hints(c),
+                CONTIG_HINTS=contiguity_hints(c),
                 EARLY_V=bool(early_v),
                 PREFETCH=int(prefetch),
                 K_3D=k3d,
                 FUSED=fused,
-                P_FUSE=max(2, _next_pow2(n_chunks)) if fused else 2,
+                P_FUSE=max(2, next_pow2(n_chunks)) if fused else 2,
                 COMPACT=compact,
                 NS_PAD=ns_pad,
                 BALANCED=bool(budget),
@@ -418,7 +264,7 @@ class _Plan:
         )
 
     def _partial_buffers(
-        self, c: DecodeCall, s: _Shape, budget: int, chunk: int, n_chunks: int
+        self, c: DecodeCall, s: Shape, budget: int, chunk: int, n_chunks: int
     ) -> tuple:
         """(exp_sums, max_logits, tmp_out) that take the partition kernel's partials;
         ``partials`` holds them where they are ours, None where they are vLLM's."""
@@ -461,11 +307,11 @@ def reduce_tile(num_seqs: int, n_chunks: int, d_pad: int) -> Tuple[int, int, boo
     if num_seqs == 1:
         d_blk = min(32 if n_chunks <= 256 else 16, d_pad)
         if n_chunks <= REDUCE_SINGLE_PASS_MAX:
-            return max(16, _next_pow2(n_chunks)), d_blk, True, 4
+            return max(16, next_pow2(n_chunks)), d_blk, True, 4
         return REDUCE_TILE // d_blk, d_blk, False, 4
-    rows = max(2, min(_next_pow2(n_chunks), REDUCE_BATCH_ROWS))
+    rows = max(2, min(next_pow2(n_chunks), REDUCE_BATCH_ROWS))
     if n_chunks > REDUCE_SINGLE_PASS_MAX:  # a cap on a batch's load too (tests force loops)
-        rows = min(rows, max(2, _next_pow2(REDUCE_SINGLE_PASS_MAX)))
+        rows = min(rows, max(2, next_pow2(REDUCE_SINGLE_PASS_MAX)))
     d_blk = min(d_pad, max(16, REDUCE_TILE // rows))
     return rows, d_blk, n_chunks <= min(rows, REDUCE_SINGLE_PASS_MAX), REDUCE_BATCH_WARPS
 

@@ -1060,7 +1060,7 @@ def test_fused_plan_is_one_launch_with_zeroed_counters(tf, monkeypatch):
     launch): it gets the counters buffer (zeros at rest) and no reduce kernel is planned."""
     part, red = _fake_kernels(tf, monkeypatch)
     monkeypatch.setattr(tf, "FUSE_MAX_PARTITIONS", 4)
-    monkeypatch.setattr(tf, "_scratch", tf._Scratch())
+    monkeypatch.setattr(tf, "_scratch", tf.Scratch())
     c = _decode_call(lens=(700, 3))
     tf._launch(c, launch_tables.K3D_CONFIGS[128], True)
     (plan,) = tf._plans.values()
