@@ -19,7 +19,7 @@ import argparse
 import json
 from pathlib import Path
 
-import bench_paged_attention as bpa  # this directory: run as `python benchmarks/...`
+import bench_common as bpa  # this directory: run as `python benchmarks/...`
 import torch
 
 from vllm_codemod.kernels.launch_tables import LaunchConfig
@@ -48,10 +48,9 @@ def measure(name, bw, configs):
     a, b = bpa.make(lens, nh, nkv, hs, seed=0), bpa.make(lens, nh, nkv, hs, seed=1)
     kv_bytes = 2 * sum(lens) * nkv * hs * a["key_cache"].element_size()
     fa, fb = bpa.entry(a), bpa.entry(b)
-    fa()
-    torch.cuda.synchronize()
+    plan = bpa.plan_of(fa, lens)  # runs the call: the tables' config, and its output
     ref = a["out"].clone()
-    default, programs, _ = bpa.table_config(lens, nh, nkv, hs)
+    default, programs = plan["config"], plan["programs"]
     row = dict(default=list(default), programs=programs, default_us=bpa.chain_us([fa, fb]))
     pct = 100 * kv_bytes / (row["default_us"] * 1e-6) / bw
     print(f"{name} default {tuple(default)}: {row['default_us']:.1f} us ({pct:.1f}%)", flush=True)
@@ -70,9 +69,9 @@ def main():
     opts = ap.parse_args()
     configs = CONFIGS
     if opts.no_k3d:
-        from vllm_codemod.kernels import triton_impl
+        from vllm_codemod.kernels import decode_launch
 
-        triton_impl.HAS_PERMUTE = False
+        decode_launch.HAS_PERMUTE = False
         configs = [c._replace(k3d=False) for c in CONFIGS]
         configs += [LaunchConfig(16, 1, 2, True), LaunchConfig(16, 1, 1, False)]
     bw = bpa.copy_bandwidth()

@@ -18,7 +18,7 @@ import json
 import statistics
 from pathlib import Path
 
-import bench_paged_attention as bpa  # this directory: run as `python benchmarks/...`
+import bench_common as bpa  # this directory: run as `python benchmarks/...`
 import torch
 
 SHAPES = ["1x100K/32-8/128", "1x100K/16-2/256"]

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import torch
-from bench_paged_attention import (
+from bench_common import (
     SHAPES,
     chain_us,
     copy_bandwidth,
@@ -26,8 +26,8 @@ from bench_paged_attention import (
     rel,
 )
 
+from vllm_codemod.kernels import decode_launch as ti
 from vllm_codemod.kernels import launch_tables
-from vllm_codemod.kernels import triton_impl as ti
 from vllm_codemod.kernels.launch_tables import LaunchConfig as LC
 
 H128 = [LC(64, 2, 1, True, 0, True), LC(32, 1, 1, True, 1, True), LC(32, 2, 1, True, 1, True)]
@@ -310,7 +310,7 @@ def main():
     if "fuse8" in parts:  # session 8: eager one-launch calls up to 8 or 16 partitions
         # Rounds interleaved across the limits (run v42 timed them one after another, and
         # the first limit of every shape came out 15-30 us slower), medians of 3.
-        from bench_paged_attention import host_us
+        from bench_common import host_us
 
         h = out.setdefault("fuse8", [])
         limits = (4, 8, 16)

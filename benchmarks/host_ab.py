@@ -19,7 +19,7 @@ import json
 import statistics
 from pathlib import Path
 
-from bench_paged_attention import host_us, make, positional
+from bench_common import host_us, make, positional
 
 from vllm_codemod.kernels import dispatch as new_dispatch
 

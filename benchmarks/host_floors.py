@@ -48,7 +48,7 @@ def floors(host_us: Callable[[Callable[[], object], int], Tuple[float, float]], 
 
 
 def main() -> None:
-    from bench_paged_attention import HOST_CALLS, host_us
+    from bench_common import HOST_CALLS, host_us
 
     for label, row in floors(host_us, HOST_CALLS).items():
         print(f"{label:<18} {row['enqueue_us']:6.1f} us/call enqueue, {row['wall_us']:6.1f} wall")

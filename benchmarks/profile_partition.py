@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 
 import torch
-from bench_paged_attention import SHAPES, entry, make  # run as `python benchmarks/...`
+from bench_common import SHAPES, entry, make  # run as `python benchmarks/...`
 
 from vllm_codemod.kernels import launch_tables
 

@@ -28,10 +28,10 @@ from pathlib import Path
 import torch
 import triton
 import triton.language as tl
-from bench_paged_attention import CHAIN, SHAPES, chain_graph, chain_us, copy_bandwidth, entry, make
+from bench_common import CHAIN, SHAPES, chain_graph, chain_us, copy_bandwidth, entry, make
 
+from vllm_codemod.kernels import decode_launch as ti
 from vllm_codemod.kernels import launch_tables
-from vllm_codemod.kernels import triton_impl as ti
 
 
 @triton.jit
@@ -148,7 +148,7 @@ def main() -> None:
     ap.add_argument("--json", required=True)
     ap.add_argument("--parts", default="profile,parts,floors")
     ap.add_argument("--shapes", default=",".join(SHAPES))
-    ap.add_argument("--knobs", default="{}", help="JSON: triton_impl/launch_tables settings")
+    ap.add_argument("--knobs", default="{}", help="JSON: decode_launch/launch_tables settings")
     opts = ap.parse_args()
     for knob, value in json.loads(opts.knobs).items():
         module = ti if hasattr(ti, knob) else launch_tables

@@ -46,11 +46,11 @@ def _triton_impl():
                 raise ImportError(
                     f"'triton' is a placeholder module ({type(triton).__name__}), not Triton"
                 )
-            from . import triton_impl
+            from . import decode_launch
         except Exception as exc:  # ImportError, or a Triton that fails at import
             _triton_state["import_error"] = repr(exc)
             return None
-        _triton_state["module"] = triton_impl
+        _triton_state["module"] = decode_launch
     return _triton_state["module"]
 
 

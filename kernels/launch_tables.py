@@ -150,7 +150,7 @@ def pick_chunk(programs_at_max: int, sms: int, config: LaunchConfig, g_pad: int,
     return min(CHUNKS, key=lambda c: (round(-(-waves[c] // 1) / waves[c], 3), -c))
 
 
-# Balanced items (BALANCED in triton_impl, session 6): one item length for the whole call,
+# Balanced items (BALANCED in decode_launch, session 6): one item length for the whole call,
 # computed on the device from the lengths' total, so that the full items fill whole waves
 # of the config's programs per SM; every sequence adds at most one shorter item.  Runs
 # v29-v30 (H200, per call in a 20-call graph, against the chunk rule and compact grid
@@ -161,7 +161,7 @@ def pick_chunk(programs_at_max: int, sms: int, config: LaunchConfig, g_pad: int,
 BALANCED_WAVES = (1, 2)  # waves for one sequence, for a batch; 0 turns balancing off
 BALANCED_MAX_SEQS = 16
 BALANCED_MIN_CHUNK = 128
-# Batches as one stream (STREAM in triton_impl, session 7): the sequences laid end to end
+# Batches as one stream (STREAM in decode_launch, session 7): the sequences laid end to end
 # and cut into equal token ranges, one wave of them, a range crossing sequence ends where
 # it falls there, so every program carries the same work whatever the lengths.  Runs
 # v36-v38 (H200, per call in a 20-call graph, against session 6's rule, both with the

@@ -6,7 +6,7 @@ shares no code with the kernels.  For tests and the self-check only.
 
 from __future__ import annotations
 
-from typing import List, Optional, Sequence, Tuple
+from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
@@ -48,10 +48,10 @@ def _logits(query_s, k, scale, alibi_slopes, seq_len):
     num_heads = query_s.shape[0]
     group = num_heads // k.shape[0]
     kk = k.repeat_interleave(group, dim=0)  # [H, L, D]
-    logits = torch.einsum("hd,hld->hl", query_s.to(torch.float64).cpu(), kk) * scale
+    logits = torch.einsum("hd,hld->hl", query_s.to(torch.float64).to(k.device), kk) * scale
     if alibi_slopes is not None:
-        rel = (torch.arange(seq_len) - seq_len + 1).to(torch.float64)
-        logits = logits + alibi_slopes.to(torch.float64).cpu()[:, None] * rel[None, :]
+        rel = (torch.arange(seq_len, device=k.device) - seq_len + 1).to(torch.float64)
+        logits = logits + alibi_slopes.to(torch.float64).to(k.device)[:, None] * rel[None, :]
     return logits, group
 
 
@@ -66,18 +66,46 @@ def reference_paged_attention(
     fp8_dtype: Optional[torch.dtype] = None,
     k_scale: float = 1.0,
     v_scale: float = 1.0,
+    device: Optional[torch.device] = None,
 ) -> torch.Tensor:
-    """Attention output as float64 ``[num_seqs, num_heads, head_size]`` on the CPU."""
+    """Attention output as float64 ``[num_seqs, num_heads, head_size]`` on ``device`` (the
+    CPU unless a benchmark's 100K-token cache asks for its GPU)."""
     lens = [int(n) for n in seq_lens]
     outs: List[torch.Tensor] = []
     for s, seq_len in enumerate(lens):
         k, v = gather_kv(
-            key_cache, value_cache, block_tables[s], seq_len, fp8_dtype, k_scale, v_scale
+            key_cache, value_cache, block_tables[s], seq_len, fp8_dtype, k_scale, v_scale, device
         )
         logits, group = _logits(query[s], k, scale, alibi_slopes, seq_len)
         prob = torch.softmax(logits, dim=-1)
         outs.append(torch.einsum("hl,hld->hd", prob, v.repeat_interleave(group, dim=0)))
     return torch.stack(outs)
+
+
+def reference_for_args(
+    a: Mapping[str, Any],
+    seqs: Optional[Sequence[int]] = None,
+    seq_lens: Optional[Sequence[int]] = None,
+    **options: Any,
+) -> torch.Tensor:
+    """:func:`reference_paged_attention` of a dict of ``paged_attention_v2`` arguments
+    (canonical names), for the sequences ``seqs`` (default: all) with lengths ``seq_lens``
+    (default: ``a["seq_lens"]``; a test may have changed those, e.g. to an empty one).
+    ``options``: fp8_dtype, k_scale, v_scale, device."""
+    lens = a["seq_lens"].tolist() if seq_lens is None else list(seq_lens)
+    query, tables = a["query"], a["block_tables"]
+    if seqs is not None:
+        query, tables, lens = query[list(seqs)], tables[list(seqs)], [lens[i] for i in seqs]
+    return reference_paged_attention(
+        query,
+        a["key_cache"],
+        a["value_cache"],
+        tables,
+        lens,
+        a["scale"],
+        a.get("alibi_slopes"),
+        **options,
+    )
 
 
 def reference_partitions(

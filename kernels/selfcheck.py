@@ -13,56 +13,10 @@ from typing import Callable, Dict, List, Optional
 import torch
 
 from .dispatch import paged_attention_v2_with_path
-from .reference import reference_paged_attention
-from .signature import PARTITION_SIZE
+from .paged_inputs import decode_case
+from .reference import reference_for_args
 
 _TOL = {torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 2e-2}
-
-
-def _case(
-    seq_lens: List[int],
-    num_heads: int,
-    num_kv_heads: int,
-    head_size: int,
-    block_size: int,
-    dtype: torch.dtype,
-    device: str,
-    gen: torch.Generator,
-    alibi: bool = False,
-) -> Dict[str, object]:
-    num_seqs = len(seq_lens)
-    x = 16 // torch.tensor([], dtype=dtype).element_size()
-    per_seq = [math.ceil(n / block_size) for n in seq_lens]
-    num_blocks = sum(per_seq) + 1
-    width = max(per_seq)
-    perm = torch.randperm(num_blocks, generator=gen)
-    tables = torch.zeros(num_seqs, width, dtype=torch.int32)
-    used = 0
-    for s, nb in enumerate(per_seq):
-        tables[s, :nb] = perm[used : used + nb].to(torch.int32)
-        used += nb
-    key = torch.randn(num_blocks, num_kv_heads, head_size // x, block_size, x, generator=gen)
-    value = torch.randn(num_blocks, num_kv_heads, head_size, block_size, generator=gen)
-    query = torch.randn(num_seqs, num_heads, head_size, generator=gen)
-    parts = math.ceil(max(seq_lens) / PARTITION_SIZE) + 1
-    nan = float("nan")
-    args = dict(
-        out=torch.full((num_seqs, num_heads, head_size), nan, dtype=dtype),
-        exp_sums=torch.full((num_seqs, num_heads, parts), nan),
-        max_logits=torch.full((num_seqs, num_heads, parts), nan),
-        tmp_out=torch.full((num_seqs, num_heads, parts, head_size), nan, dtype=dtype),
-        query=query.to(dtype),
-        key_cache=key.to(dtype),
-        value_cache=value.to(dtype),
-        num_kv_heads=num_kv_heads,
-        scale=1.0 / math.sqrt(head_size),
-        block_tables=tables,
-        seq_lens=torch.tensor(seq_lens, dtype=torch.int32),
-        block_size=block_size,
-        max_seq_len=max(seq_lens),
-        alibi_slopes=torch.rand(num_heads, generator=gen) * 0.05 if alibi else None,
-    )
-    return {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in args.items()}
 
 
 def _shapes(device: str, quick: bool):
@@ -109,7 +63,9 @@ def run_selfcheck(
     results: List[Dict[str, object]] = []
     shapes = _shapes(device, quick)
     for label, lens, nh, nkv, hs, bs, dtype, alibi in shapes:
-        a = _case(lens, nh, nkv, hs, bs, dtype, device, gen, alibi=bool(alibi))
+        a = decode_case(lens, nh, nkv, hs, bs, dtype, device, gen, extra_partitions=1)
+        if alibi:
+            a["alibi_slopes"] = (torch.rand(nh, generator=gen) * 0.05).to(device)
         if device.startswith("cuda"):
             torch.cuda.synchronize()
         t0 = time.perf_counter()
@@ -121,15 +77,7 @@ def run_selfcheck(
         except Exception as exc:  # report, do not crash the verify command
             path, error = "error", f"{type(exc).__name__}: {exc}"
         seconds = time.perf_counter() - t0
-        ref = reference_paged_attention(
-            a["query"],
-            a["key_cache"],
-            a["value_cache"],
-            a["block_tables"],
-            a["seq_lens"].tolist(),
-            a["scale"],
-            a["alibi_slopes"],
-        )
+        ref = reference_for_args(a)
         out = a["out"].detach().to(torch.float64).cpu()
         diff = out - ref
         max_abs = float(diff.abs().max()) if error is None else float("inf")

@@ -21,7 +21,8 @@ MAX_SLOTS = 32
 #: Triton warp counts a prefix-prefill launch accepts.
 VALID_WARPS = (1, 2, 4, 8, 16, 32)
 
-_DTYPE_NAMES = {
+#: Every dtype spelling a tuning file, a model config or a shape may use -> the one name.
+DTYPE_ALIASES = {
     "bfloat16": "bfloat16",
     "bf16": "bfloat16",
     "float16": "float16",
@@ -66,7 +67,7 @@ def normalize_dtype(value: Any) -> str:
     text = str(value).strip().lower()
     if text.startswith("torch."):
         text = text[len("torch.") :]
-    return _DTYPE_NAMES.get(text, text)
+    return DTYPE_ALIASES.get(text, text)
 
 
 class DeviceTable:

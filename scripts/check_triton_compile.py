@@ -1,6 +1,6 @@
 """Compile the bundled Triton kernels ahead of time, without a GPU.
 
-For every launch the launcher (``triton_impl._launch``: the partition kernel, then the
+For every launch the launcher (``decode_launch._launch``: the partition kernel, then the
 reduce kernel) would make for a matrix of head sizes, dtypes, alibi, block sizes, GQA
 groups and the configs ``launch_tables.pick_config`` hands out (DEFAULT_CONFIGS,
 MID/MANY_PROGRAMS_CONFIG, WIDE_GROUP_*, K3D_CONFIGS, K3D_MANY_PROGRAMS_CONFIG,
@@ -41,12 +41,12 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 
 from vllm_codemod.kernels import call as call_mod  # noqa: E402
-from vllm_codemod.kernels import launch_tables, triton_impl  # noqa: E402
+from vllm_codemod.kernels import decode_kernels, decode_launch, launch_tables  # noqa: E402
 
 TRITON_MAJOR_MINOR = tuple(int(p) for p in triton.__version__.split(".")[:2])
 KERNELS = {
-    "partition": triton_impl._pa_v2_partition_kernel,
-    "reduce": triton_impl._pa_v2_reduce_kernel,
+    "partition": decode_kernels.partition_kernel,
+    "reduce": decode_kernels.reduce_kernel,
 }
 SHORT = {
     "QUERIES_PER_KV": "qpk",
@@ -141,7 +141,7 @@ def cases(full: bool):
 # Sequence lengths of the recorded batches: a short ragged batch (one launch: the fused
 # merge, compact grid), one long sequence (partition kernel + the reduce's single pass),
 # and a ragged batch past REDUCE_SINGLE_PASS_MAX partitions (the reduce's chunked loop).
-LENS = ((700, 1300), (5000,), (700, (triton_impl.REDUCE_SINGLE_PASS_MAX + 1) * 512))
+LENS = ((700, 1300), (5000,), (700, (decode_launch.REDUCE_SINGLE_PASS_MAX + 1) * 512))
 RECORD_SMS = 132
 
 
@@ -181,23 +181,23 @@ def record_launches(case):
         alibi_slopes=torch.empty(nh, dtype=torch.float32) if alibi else None,
     )
     sink = []
-    saved = {n: getattr(triton_impl, "_pa_v2_" + n + "_kernel") for n in KERNELS}
-    saved_plans = triton_impl._plans
+    saved = {n: getattr(decode_kernels, n + "_kernel") for n in KERNELS}
+    saved_plans = decode_launch._plans
     cpu = torch.device("cpu")
     try:
-        triton_impl._plans = {}  # plans hold the kernel they were built with
+        decode_launch._plans = {}  # plans hold the kernel they were built with
         # An H200's SM count, so that the chunk rule and balanced items (which need one)
         # make the launches they make on a GPU.
-        triton_impl._sm_counts[cpu] = RECORD_SMS
+        decode_launch._sm_counts[cpu] = RECORD_SMS
         for n in KERNELS:
-            setattr(triton_impl, "_pa_v2_" + n + "_kernel", _Recorder(n, sink))
+            setattr(decode_kernels, n + "_kernel", _Recorder(n, sink))
         # k3d where this Triton has tl.permute; the config's own flag decides per launch.
-        triton_impl._launch(call_mod.build((), a), cfg, triton_impl.HAS_PERMUTE)
+        decode_launch._launch(call_mod.build((), a), cfg, decode_launch.HAS_PERMUTE)
     finally:
         for n, fn in saved.items():
-            setattr(triton_impl, "_pa_v2_" + n + "_kernel", fn)
-        triton_impl._plans = saved_plans
-        triton_impl._sm_counts.pop(cpu, None)
+            setattr(decode_kernels, n + "_kernel", fn)
+        decode_launch._plans = saved_plans
+        decode_launch._sm_counts.pop(cpu, None)
     return sink
 
 

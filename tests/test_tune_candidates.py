@@ -13,7 +13,7 @@ SHAPE = Shape(32, 8, 128, "bfloat16")
 
 
 def _impl(k3d: bool = True, config_type=lt.LaunchConfig, tables=lt):
-    """The parts of a tree's triton_impl that the candidates read (no torch, no Triton);
+    """The parts of a tree's decode_launch that the candidates read (no torch, no Triton);
     its tables hold ``config_type`` values, as a tree's own kernels would."""
     width = len(config_type._fields)
 

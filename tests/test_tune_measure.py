@@ -42,7 +42,7 @@ NOISE = DEFAULT._replace(prefetch=1)  # 1% faster: within the noise margin
 
 
 class FakeTriton:
-    """The parts of triton_impl that tune touches."""
+    """The parts of decode_launch that tune touches."""
 
     LaunchConfig = LaunchConfig
     K3D_CONFIGS = {128: DEFAULT}
@@ -229,16 +229,15 @@ def test_grid():
 
 
 @pytest.fixture
-def real_tables(monkeypatch):
-    """kernels/triton_impl.py imported with a stand-in ``triton`` (jit = identity): its
-    LaunchConfig, tables and pick_config are plain Python, so the candidate search can be
-    checked against the real tables without a GPU."""
-    import importlib.util
-    import sys
+def real_tables():
+    """kernels/decode_launch.py imported with a stand-in ``triton`` (jit = identity) and
+    no kernels: its LaunchConfig, tables and pick_config are plain Python, so the
+    candidate search can be checked against the real tables without a GPU."""
     import types
     from pathlib import Path
 
     import vllm_codemod.kernels as kernels_pkg
+    from vllm_codemod.tuning.tree_imports import load_file
 
     triton = types.ModuleType("triton")
     language = types.ModuleType("triton.language")
@@ -246,14 +245,11 @@ def real_tables(monkeypatch):
     language.permute = object()  # a Triton >= 3.0: the k3d tables
     triton.jit = lambda fn=None, **kw: fn if fn is not None else (lambda f: f)
     triton.language = language
-    monkeypatch.setitem(sys.modules, "triton", triton)
-    monkeypatch.setitem(sys.modules, "triton.language", language)
-    path = Path(kernels_pkg.__file__).parent / "triton_impl.py"
-    name = "vllm_codemod.kernels._tune_test_triton_impl"
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    stand_ins = {"triton": triton, "triton.language": language}
+    stand_ins["vllm_codemod.kernels.decode_kernels"] = types.ModuleType("decode_kernels")
+    path = Path(kernels_pkg.__file__).parent / "decode_launch.py"
+    name = "vllm_codemod.kernels._tune_test_decode_launch"
+    return load_file(name, path, stand_ins=stand_ins, keep=False)
 
 
 @pytest.mark.parametrize(

@@ -10,9 +10,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from vllm_codemod.kernels.vendor_v1 import V1Unavailable, bind_v1, probe_v1  # noqa: E402
 from vllm_codemod.tuning.decode_inputs import make_check_case  # noqa: E402
 from vllm_codemod.tuning.shapes import Shape  # noqa: E402
-from vllm_codemod.tuning.vendor_v1 import V1Unavailable, bind_v1, probe_v1  # noqa: E402
 
 SNAPSHOTS = Path(__file__).resolve().parent / "snapshots"
 

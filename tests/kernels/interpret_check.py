@@ -1,6 +1,6 @@
 """Run the Triton kernels on CPU tensors under Triton's interpreter (TRITON_INTERPRET=1).
 
-Each case calls ``triton_impl.run(call.build((), inputs), LaunchConfig(...))`` twice (the
+Each case calls ``decode_launch.run(call.build((), inputs), LaunchConfig(...))`` twice (the
 second call reuses the plan) and checks out and vLLM's partition buffers every time.
 
 Used by test_pa_interpret.py in a subprocess (the interpreter must be chosen before the
@@ -20,12 +20,12 @@ from pa_helpers import make_inputs, reference_of, rel_err, tolerance  # noqa: E4
 
 from vllm_codemod.kernels import call as call_mod  # noqa: E402
 from vllm_codemod.kernels import (
+    decode_launch,  # noqa: E402
     launch_tables,  # noqa: E402
-    triton_impl,  # noqa: E402
 )
 from vllm_codemod.kernels.launch_tables import LaunchConfig  # noqa: E402
 from vllm_codemod.kernels.reference import (  # noqa: E402
-    reference_paged_attention,
+    reference_for_args,
     reference_partitions,
 )
 
@@ -106,7 +106,7 @@ def _as_stream(case, drop=""):
 
 
 # (seq_lens, heads, kv heads, head size, block size, dtype, alibi, LaunchConfig fields or
-# None for the tables' choice, reduce in chunks[, triton_impl module knobs for the case])
+# None for the tables' choice, reduce in chunks[, decode_launch module knobs for the case])
 CASES = [
     ([1, 700, 1300], 8, 2, 128, 16, torch.bfloat16, True, None, False),
     ([513, 1025, 40], 4, 4, 256, 32, torch.float16, True, (32, 2, 1, False, 0, False), False),
@@ -211,7 +211,7 @@ def _fill_nan(a) -> None:
 
 
 def run_case(case) -> float:
-    """Two calls through triton_impl.run (the second reuses the first's plan), each checked:
+    """Two calls through decode_launch.run (the second reuses the first's plan), each checked:
     out against the float64 reference, and vLLM's partition buffers."""
     lens, nh, nkv, hs, bs, dtype, alibi, cfg, chunked = case[:9]
     knobs = dict(case[9]) if len(case) > 9 else {}
@@ -224,14 +224,14 @@ def run_case(case) -> float:
     saved = {name: getattr(_module_of(name), name) for name in knobs}
     for name, value in knobs.items():
         setattr(_module_of(name), name, value)
-    triton_impl._plans.clear()
-    triton_impl._sm_counts[torch.device("cpu")] = sms
+    decode_launch._plans.clear()
+    decode_launch._sm_counts[torch.device("cpu")] = sms
     try:
         for call in range(2):
             _fill_nan(a)
-            triton_impl.run(c, config)
-            assert len(triton_impl._plans) == 1, f"call {call}: plan not reused"
-            (plan,) = triton_impl._plans.values()
+            decode_launch.run(c, config)
+            assert len(decode_launch._plans) == 1, f"call {call}: plan not reused"
+            (plan,) = decode_launch._plans.values()
             assert plan.partition.constexprs["BALANCED"] is bool(sms), "balanced"
             stream = bool(sms) and launch_tables.BALANCED_STREAM and len(lens) > 1
             assert plan.partition.constexprs["STREAM"] is stream, "stream"
@@ -239,25 +239,17 @@ def run_case(case) -> float:
     finally:
         for name, value in saved.items():
             setattr(_module_of(name), name, value)
-        triton_impl._sm_counts.pop(torch.device("cpu"), None)
+        decode_launch._sm_counts.pop(torch.device("cpu"), None)
     return err
 
 
 def _module_of(knob: str):
-    return triton_impl if hasattr(triton_impl, knob) else launch_tables
+    return decode_launch if hasattr(decode_launch, knob) else launch_tables
 
 
 def _check(a, lens, dtype, vllm_buffers: bool) -> float:
     assert not torch.isnan(a["out"]).any(), "out has NaN"
-    ref = reference_paged_attention(
-        a["query"],
-        a["key_cache"],
-        a["value_cache"],
-        a["block_tables"],
-        a["seq_lens"].tolist(),
-        a["scale"],
-        a["alibi_slopes"],
-    )
+    ref = reference_for_args(a)
     err = rel_err(a["out"], ref)
     assert err < tolerance(dtype), err
     if not vllm_buffers:  # chunks below 512 tokens keep their partials in our scratch
@@ -298,24 +290,24 @@ def run_empty_sequence_case() -> float:
     ):
         a = make_inputs([700, 1, 1300, 5], 8, 2, 64, 16, torch.bfloat16, "cpu", seed=3)
         a["seq_lens"] = torch.tensor(lens, dtype=torch.int32)
-        saved = triton_impl.FUSE_MAX_PARTITIONS
-        triton_impl.FUSE_MAX_PARTITIONS = 4 if fuse else 0
+        saved = decode_launch.FUSE_MAX_PARTITIONS
+        decode_launch.FUSE_MAX_PARTITIONS = 4 if fuse else 0
         saved_stream = launch_tables.BALANCED_STREAM
         launch_tables.BALANCED_STREAM = stream
-        triton_impl._plans.clear()
-        triton_impl._sm_counts[torch.device("cpu")] = sms
+        decode_launch._plans.clear()
+        decode_launch._sm_counts[torch.device("cpu")] = sms
         try:
             _fill_nan(a)
-            triton_impl.run(call_mod.build((), dict(a)), balanced_config if sms else None)
-            (plan,) = triton_impl._plans.values()
+            decode_launch.run(call_mod.build((), dict(a)), balanced_config if sms else None)
+            (plan,) = decode_launch._plans.values()
             assert plan.partition.constexprs["COMPACT"] is not sms
             assert plan.partition.constexprs["BALANCED"] is bool(sms)
             assert plan.partition.constexprs["FUSED"] is fuse
             assert plan.partition.constexprs["STREAM"] is stream
         finally:
-            triton_impl.FUSE_MAX_PARTITIONS = saved
+            decode_launch.FUSE_MAX_PARTITIONS = saved
             launch_tables.BALANCED_STREAM = saved_stream
-            triton_impl._sm_counts.pop(torch.device("cpu"), None)
+            decode_launch._sm_counts.pop(torch.device("cpu"), None)
         assert torch.equal(a["out"][1], torch.zeros_like(a["out"][1])), "empty sequence"
         keep = [0, 2, 3]
         ref = reference_of(a, keep, lens)

@@ -4,7 +4,6 @@ table config appears (no GPU, no compile: the cases and recorded launches only).
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from pathlib import Path
 
@@ -14,17 +13,16 @@ pytest.importorskip("torch")
 pytest.importorskip("triton")
 
 from vllm_codemod.kernels import launch_tables  # noqa: E402
+from vllm_codemod.tuning.tree_imports import load_file  # noqa: E402
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "check_triton_compile.py"
 
 
 @pytest.fixture(scope="module")
 def check():
-    spec = importlib.util.spec_from_file_location("check_triton_compile", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
     interpret = os.environ.get("TRITON_INTERPRET")
-    try:
-        spec.loader.exec_module(module)  # drops TRITON_INTERPRET (it compiles for real)
+    try:  # the script drops TRITON_INTERPRET (it compiles for real)
+        module = load_file("check_triton_compile", SCRIPT, keep=False)
     finally:
         if interpret is not None:
             os.environ["TRITON_INTERPRET"] = interpret
@@ -50,7 +48,7 @@ def _reachable(cfg, d_pad, g_pad):
 
 
 def test_every_case_is_a_launch_the_tables_make(check):
-    from vllm_codemod.kernels.triton_impl import group_rows
+    from vllm_codemod.kernels.decode_launch import group_rows
 
     seen = set()
     for hs, _dtype, _bs, _alibi, (nh, nkv), _lens, cname, cfg in check.cases(False):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import logging
 import random
 import subprocess
@@ -26,31 +25,21 @@ from vllm_codemod.kernels import (  # noqa: E402
     tuning_table,
 )
 from vllm_codemod.kernels.log import log as kernel_log  # noqa: E402
-from vllm_codemod.kernels.reference import reference_paged_attention, reference_partitions  # noqa: E402
+from vllm_codemod.kernels.reference import reference_for_args, reference_partitions  # noqa: E402
 from vllm_codemod.kernels.signature import (  # noqa: E402
     ACCEPTED_PARAMETERS,
     ALIASES,
     CANONICAL_PARAMETERS,
     PARTITION_SIZE,
 )
+from vllm_codemod.tuning.tree_imports import load_file  # noqa: E402
 
 HEAD_SIZES = [32, 64, 80, 96, 112, 120, 128, 192, 256]
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
 
 def _ref(a, fp8_dtype=None, k_scale=1.0, v_scale=1.0):
-    return reference_paged_attention(
-        a["query"],
-        a["key_cache"],
-        a["value_cache"],
-        a["block_tables"],
-        a["seq_lens"].tolist(),
-        a["scale"],
-        a["alibi_slopes"],
-        fp8_dtype=fp8_dtype,
-        k_scale=k_scale,
-        v_scale=v_scale,
-    )
+    return reference_for_args(a, fp8_dtype=fp8_dtype, k_scale=k_scale, v_scale=v_scale)
 
 
 def _check_out(a, ref, dtype):
@@ -342,7 +331,7 @@ def test_validation_runs_once_per_shape_and_still_rejects(monkeypatch):
 
 
 class _FakeTritonImpl:
-    """Stands in for the triton_impl module; fails for the dtypes listed in ``failing``."""
+    """Stands in for the decode_launch module; fails for the dtypes listed in ``failing``."""
 
     class UnsupportedLayout(ValueError):
         pass
@@ -488,9 +477,7 @@ def test_kernel_logger_name_inside_a_tree():
     """Inside a patched tree the kernels log under vLLM's hierarchy (vLLM's logging
     configuration routes them); under the tool's own name elsewhere."""
     path = Path(dispatch.__file__).with_name("log.py")
-    spec = importlib.util.spec_from_file_location("vllm._codemod_kernels.log", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_file("vllm._codemod_kernels.log", path, keep=False)
     assert module.log.name == "vllm.codemod.kernels"
     assert kernel_log.name == "vllm_codemod.kernels"
 
@@ -739,23 +726,23 @@ def test_launch_tables_import_neither_torch_nor_triton():
 
 
 # --------------------------------------------------------------------------- Triton launcher
-# Pure host logic of triton_impl (no kernel runs): needs Triton importable, not a GPU.
+# Pure host logic of decode_launch (no kernel runs): needs Triton importable, not a GPU.
 
 
 @pytest.fixture
 def tf(monkeypatch):
-    triton_impl = pytest.importorskip("vllm_codemod.kernels.triton_impl")
-    monkeypatch.setattr(triton_impl, "_plans", {})
-    monkeypatch.setattr(triton_impl, "_k3d_state", {"disabled": False})
-    monkeypatch.setattr(triton_impl, "_fast", {"enabled": True})
-    monkeypatch.setattr(triton_impl, "HAS_PERMUTE", True)
+    decode_launch = pytest.importorskip("vllm_codemod.kernels.decode_launch")
+    monkeypatch.setattr(decode_launch, "_plans", {})
+    monkeypatch.setattr(decode_launch, "_k3d_state", {"disabled": False})
+    monkeypatch.setattr(decode_launch, "_fast", {"enabled": True})
+    monkeypatch.setattr(decode_launch, "HAS_PERMUTE", True)
     # The two-launch plan with the (sequence, chunk) grid; the fused and compact plans
     # have their own tests below.
-    monkeypatch.setattr(triton_impl, "FUSE_MAX_CHUNKS", 0)
-    monkeypatch.setattr(triton_impl, "FUSE_MAX_PARTITIONS", 0)
-    monkeypatch.setattr(triton_impl, "COMPACT_MAX_SEQS", 0)
+    monkeypatch.setattr(decode_launch, "FUSE_MAX_CHUNKS", 0)
+    monkeypatch.setattr(decode_launch, "FUSE_MAX_PARTITIONS", 0)
+    monkeypatch.setattr(decode_launch, "COMPACT_MAX_SEQS", 0)
     launch_tables.set_config_override(None)
-    return triton_impl
+    return decode_launch
 
 
 def _decode_call(lens=(700, 3), heads=8, kv_heads=2, head_size=128, dtype=None, alibi=False):
@@ -766,7 +753,7 @@ def _decode_call(lens=(700, 3), heads=8, kv_heads=2, head_size=128, dtype=None, 
 
 
 def test_group_rows():
-    tf_mod = pytest.importorskip("vllm_codemod.kernels.triton_impl")
+    tf_mod = pytest.importorskip("vllm_codemod.kernels.decode_launch")
     assert [tf_mod.group_rows(q) for q in (1, 2, 7, 16, 17, 32, 48, 64, 71, 128)] == [
         16, 16, 16, 16, 32, 32, 64, 64, 64, 64,
     ]  # fmt: skip
@@ -985,10 +972,10 @@ class _FakeJit:
 
 def _fake_kernels(tf, monkeypatch, fail=False):
     fakes = {}
-    for name in ("_pa_v2_partition_kernel", "_pa_v2_reduce_kernel"):
-        fakes[name] = _FakeJit(getattr(tf, name), _FakeCompiled(fail))
-        monkeypatch.setattr(tf, name, fakes[name])
-    return fakes["_pa_v2_partition_kernel"], fakes["_pa_v2_reduce_kernel"]
+    for name in ("partition_kernel", "reduce_kernel"):
+        fakes[name] = _FakeJit(getattr(tf.decode_kernels, name), _FakeCompiled(fail))
+        monkeypatch.setattr(tf.decode_kernels, name, fakes[name])
+    return fakes["partition_kernel"], fakes["reduce_kernel"]
 
 
 def test_launch_plain_then_compiled_fast_path(tf, monkeypatch):
@@ -1073,7 +1060,7 @@ def test_fused_plan_is_one_launch_with_zeroed_counters(tf, monkeypatch):
     launch): it gets the counters buffer (zeros at rest) and no reduce kernel is planned."""
     part, red = _fake_kernels(tf, monkeypatch)
     monkeypatch.setattr(tf, "FUSE_MAX_PARTITIONS", 4)
-    monkeypatch.setattr(tf, "_scratch", tf._Scratch())
+    monkeypatch.setattr(tf, "_scratch", tf.Scratch())
     c = _decode_call(lens=(700, 3))
     tf._launch(c, launch_tables.K3D_CONFIGS[128], True)
     (plan,) = tf._plans.values()

@@ -20,7 +20,7 @@ from pa_helpers import make_inputs, reference_of, rel_err, tolerance  # noqa: E4
 from vllm_codemod.kernels import call as call_mod  # noqa: E402
 from vllm_codemod.kernels import dispatch, launch_tables  # noqa: E402
 from vllm_codemod.kernels.launch_tables import LaunchConfig  # noqa: E402
-from vllm_codemod.kernels.reference import reference_paged_attention, reference_partitions  # noqa: E402
+from vllm_codemod.kernels.reference import reference_for_args, reference_partitions  # noqa: E402
 
 HAS_TRITON = importlib.util.find_spec("triton") is not None
 HAS_GPU = torch.cuda.is_available() and HAS_TRITON
@@ -35,9 +35,9 @@ RAGGED = [1, 15, 16, 17, 511, 512, 513, 1000, 4096, 8191, 16384, 20000, 32768, 7
 
 
 def _triton_impl():
-    from vllm_codemod.kernels import triton_impl
+    from vllm_codemod.kernels import decode_launch
 
-    return triton_impl
+    return decode_launch
 
 
 @pytest.fixture
@@ -57,15 +57,7 @@ def override():
 
 
 def _reference(a):
-    return reference_paged_attention(
-        a["query"],
-        a["key_cache"],
-        a["value_cache"],
-        a["block_tables"],
-        a["seq_lens"].tolist(),
-        a["scale"],
-        a["alibi_slopes"],
-    )
+    return reference_for_args(a)
 
 
 def _run_and_check(a, dtype, backend="triton"):

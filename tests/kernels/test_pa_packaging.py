@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import ast
 import importlib
-import importlib.util
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from vllm_codemod.tuning.tree_imports import load_file
 
 KERNELS = Path(__file__).resolve().parents[2] / "kernels"
 
@@ -46,13 +47,8 @@ def test_selfcheck_from_a_copied_tree(tmp_path):
     package = tmp_path / "vllm" / "_codemod_kernels"
     shutil.copytree(KERNELS, package, ignore=shutil.ignore_patterns("__pycache__"))
     name = "_private_pa_kernels_test"
-    spec = importlib.util.spec_from_file_location(
-        name, package / "__init__.py", submodule_search_locations=[str(package)]
-    )
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
     try:
-        spec.loader.exec_module(module)
+        load_file(name, package / "__init__.py", package=True)
         selfcheck = importlib.import_module(f"{name}.selfcheck")
         results = selfcheck.run_selfcheck(device="cpu", quick=True, seed=3)
     finally:

@@ -73,7 +73,7 @@ def _load_kernels(root: Path, device: str, skipped: List[str]) -> Any:
     triton_impl = None
     if device == "cuda":
         try:
-            triton_impl = importlib.import_module(f"{PRIVATE_NAME}.triton_impl")
+            triton_impl = importlib.import_module(f"{PRIVATE_NAME}.decode_launch")
         except Exception as exc:
             skipped.append(
                 f"v2 launch configs: the tree's Triton kernels do not import here "
@@ -83,9 +83,9 @@ def _load_kernels(root: Path, device: str, skipped: List[str]) -> Any:
 
 
 def _attach_v1(kernels: Any, modules: Any, deployment: Any, device: str) -> None:
+    from ..kernels.vendor_v1 import V1Unavailable, bind_v1, probe_v1
     from ..tuning.decode_inputs import make_check_case
     from ..tuning.tree_imports import TreeImportError
-    from ..tuning.vendor_v1 import V1Unavailable, bind_v1, probe_v1
 
     try:
         ops = modules.load("vllm._custom_ops")

@@ -8,7 +8,6 @@ GPU is caught at image build time rather than by users.
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import inspect
 import sys
 from pathlib import Path
@@ -40,15 +39,9 @@ def load_tree_kernels(root: Path) -> Any:
             f"verify needs torch in this interpreter ({sys.executable}); run it with the "
             "python that serves vLLM"
         ) from None
-    for name in [n for n in sys.modules if n == PRIVATE_NAME or n.startswith(PRIVATE_NAME + ".")]:
-        del sys.modules[name]
-    spec = importlib.util.spec_from_file_location(
-        PRIVATE_NAME, init, submodule_search_locations=[str(package)]
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[PRIVATE_NAME] = module
-    spec.loader.exec_module(module)
+    from ..tuning.tree_imports import load_file
+
+    load_file(PRIVATE_NAME, init, package=True)
     return importlib.import_module(f"{PRIVATE_NAME}.selfcheck")
 
 

@@ -17,8 +17,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from .decode_inputs import TOLERANCE, alibi_slopes, relative_error, torch_dtype
-from .kv_layout import BLOCK_SIZE, block_tables, kv_cache_sizes
+from ..kernels.paged_inputs import alibi_slopes, block_tables, cache_sizes, torch_dtype
+from ..kernels.reference import reference_prefix_prefill
+from .decode_inputs import BLOCK_SIZE, TOLERANCE, relative_error
 from .progress import Budget, BudgetExhausted, Progress
 from .shapes import Deployment, Shape
 from .timing import Timer
@@ -52,8 +53,9 @@ def _inputs(shape: Shape, groups: Sequence[Tuple[int, int, int]], device: str, s
     gen = torch.Generator().manual_seed(seed)
     lens = [(ctx, new) for seqs, ctx, new in groups for _ in range(seqs)]
     hq, hkv, d = shape.num_heads, shape.num_kv_heads, shape.head_size
-    table, num_blocks = block_tables([ctx for ctx, _ in lens], gen)
-    key_size, value_size = kv_cache_sizes(num_blocks, hkv, d, dtype)
+    table, num_blocks = block_tables([ctx for ctx, _ in lens], BLOCK_SIZE, gen)
+    elem = torch.tensor([], dtype=dtype).element_size()
+    key_size, value_size = cache_sizes(num_blocks, hkv, d, BLOCK_SIZE, elem)
     total = sum(new for _, new in lens)
 
     # Random data generated on the device: a 16K-token cache is ~100M elements.
@@ -85,34 +87,19 @@ def _inputs(shape: Shape, groups: Sequence[Tuple[int, int, int]], device: str, s
 
 
 def reference_prefill(a: Dict[str, Any]) -> torch.Tensor:
-    """float64: every new token attends to its sequence's cached tokens and, causally, to
-    the new tokens up to itself; ALiBi adds slope * (key position - query position)."""
-    q, k_new, v_new = (a[n].to(torch.float64).cpu() for n in ("q", "k", "v"))
-    kc, vc = a["k_cache"].to(torch.float64).cpu(), a["v_cache"].to(torch.float64).cpu()
-    table, starts, seq_lens = a["b_loc"].cpu(), a["b_start_loc"].tolist(), a["b_seq_len"].tolist()
-    slopes = a["alibi_slopes"]
-    hq, d = q.shape[1], q.shape[2]
-    hkv = k_new.shape[1]
-    out = torch.empty(q.shape, dtype=torch.float64)
-    for s in range(len(seq_lens)):
-        s0, s1 = starts[s], starts[s + 1]
-        new = s1 - s0
-        ctx = seq_lens[s] - new
-        pos = torch.arange(ctx)
-        blocks = table[s].to(torch.int64)[pos // BLOCK_SIZE]
-        off = pos % BLOCK_SIZE
-        k_ctx = kc[blocks, :, :, off, :].reshape(ctx, hkv, d)
-        v_ctx = vc[blocks, :, :, off]  # [ctx, kvh, D]
-        keys = torch.cat([k_ctx, k_new[s0:s1]]).repeat_interleave(hq // hkv, dim=1)
-        values = torch.cat([v_ctx, v_new[s0:s1]]).repeat_interleave(hq // hkv, dim=1)
-        logits = torch.einsum("qhd,khd->hqk", q[s0:s1], keys) / math.sqrt(d)
-        q_pos = torch.arange(ctx, ctx + new)[:, None]
-        k_pos = torch.arange(ctx + new)[None, :]
-        if slopes is not None:
-            logits = logits + slopes.to(torch.float64).cpu()[:, None, None] * (k_pos - q_pos)
-        logits = logits.masked_fill(k_pos > q_pos, float("-inf"))
-        out[s0:s1] = torch.einsum("hqk,khd->qhd", torch.softmax(logits, dim=-1), values)
-    return out
+    """The float64 reference (kernels/reference.py) of context_attention_fwd's arguments."""
+    return reference_prefix_prefill(
+        a["q"],
+        a["k"],
+        a["v"],
+        a["k_cache"],
+        a["v_cache"],
+        a["b_loc"],
+        a["b_start_loc"].tolist(),
+        a["b_seq_len"].tolist(),
+        1.0 / math.sqrt(a["q"].shape[2]),
+        a["alibi_slopes"],
+    )
 
 
 class PrefillTuner:

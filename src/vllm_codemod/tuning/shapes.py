@@ -18,18 +18,9 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import UserError
+from ..kernels.tuning_table import DTYPE_ALIASES
 
 DTYPES = ("bfloat16", "float16", "float32")
-_DTYPE_ALIASES = {
-    "bfloat16": "bfloat16",
-    "bf16": "bfloat16",
-    "float16": "float16",
-    "fp16": "float16",
-    "half": "float16",
-    "float32": "float32",
-    "fp32": "float32",
-    "float": "float32",
-}
 #: model_type values whose attention always uses ALiBi (vLLM's model code for them).
 ALIBI_MODEL_TYPES = ("bloom",)
 #: Baichuan: vLLM builds the 4096-wide (7B) models with RoPE, every other width with ALiBi.
@@ -78,11 +69,11 @@ def normalize_dtype(raw: str, where: str) -> str:
     name = str(raw).strip().lower()
     if name.startswith("torch."):
         name = name[len("torch.") :]
-    if name not in _DTYPE_ALIASES:
+    if name not in DTYPE_ALIASES:
         raise UserError(
             f"{where}: unsupported dtype {raw!r}; use one of {', '.join(DTYPES)} (or bf16/fp16)"
         )
-    return _DTYPE_ALIASES[name]
+    return DTYPE_ALIASES[name]
 
 
 def parse_shape(text: str, dtype: str = "bfloat16") -> Shape:

@@ -1,4 +1,11 @@
-"""Import modules of the patched tree's own ``vllm`` package, as vLLM itself would.
+"""Import a tree's own code: its ``vllm`` modules as vLLM itself would, or one file by path.
+
+The one place the tool, its tests and benchmarks import code that is not theirs: a
+patched tree's kernel package under a private name (``verify``, ``tune``), one module
+file with stand-ins for the ``vllm`` modules it imports (a vendored
+``prefix_prefill.py`` in a benchmark, a kernel file with a stand-in ``triton`` in a
+test), or the tree's ``vllm`` package itself (:class:`TreeModules`).
+
 
 ``tune`` times the tree's kernels (its ``_custom_ops.paged_attention_v1``, its
 prefix-prefill kernels), not copies: so ``vllm`` must be the tree's package, imported by
@@ -18,13 +25,62 @@ import importlib.util
 import sys
 from pathlib import Path
 from types import ModuleType
-from typing import Dict, Optional
+from typing import Any, Dict, Mapping, Optional
 
 PACKAGE = "vllm"
 
 
 class TreeImportError(Exception):
     """The tree's module cannot be imported here; the message says why."""
+
+
+def load_file(
+    name: str,
+    path: Path,
+    *,
+    package: bool = False,
+    stand_ins: Optional[Mapping[str, Any]] = None,
+    keep: bool = True,
+) -> ModuleType:
+    """Import the file at ``path`` as module ``name``; errors propagate.
+
+    ``package``: ``path`` is a package's ``__init__.py`` whose submodules import
+    relatively (``name.sub``); any earlier module of that name and its submodules are
+    dropped first.  ``stand_ins``: modules (or any objects) that ``sys.modules`` holds
+    under those names while the file runs, e.g. ``{"vllm.platforms": ...}`` for a
+    vendored kernel file, put back as they were afterwards.  ``keep``: leave the module
+    registered as ``name`` (a package's submodules need it); otherwise it is only
+    returned.
+    """
+    path = Path(path)
+    if package:
+        for key in [k for k in sys.modules if k == name or k.startswith(name + ".")]:
+            del sys.modules[key]
+        spec = importlib.util.spec_from_file_location(
+            name, path, submodule_search_locations=[str(path.parent)]
+        )
+    else:
+        spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"{path}: not an importable Python file")
+    module = importlib.util.module_from_spec(spec)
+    saved = {n: sys.modules.get(n) for n in (stand_ins or {})}
+    sys.modules.update(stand_ins or {})
+    if keep:
+        sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        if keep:
+            sys.modules.pop(name, None)
+        raise
+    finally:
+        for key, held in saved.items():
+            if held is None:
+                sys.modules.pop(key, None)
+            else:
+                sys.modules[key] = held
+    return module
 
 
 def _ours(name: str) -> bool:

@@ -1,60 +1,25 @@
-"""Triton PagedAttention V2: split-KV chunks + a log-sum-exp reduction.
+"""Triton PagedAttention V2 decode kernels: the device code only.
 
-One program per (sequence, kv head, chunk of tokens): it loads every query head that
-shares the kv head (GQA/MQA; rows padded to >= 16 for ``tl.dot``), gathers K/V through
-the block table tile by tile, and keeps an online softmax.  Each K/V byte is read once
-per kv head.  A chunk is vLLM's 512-token partition, or 256/128 tokens where that fills
-the GPU better (``launch_tables.pick_chunk``).  512-token chunks write vLLM's partition
-buffers (``tmp_out`` normalized by the partition's own exp-sum, ``exp_sums``,
-``max_logits``), smaller ones a per-device scratch buffer of ours in the same layout; a
-second kernel reduces them into ``out``.  A batch of several sequences numbers only the
-chunks that exist (COMPACT); a short sequence called eagerly is one launch, the last
-chunk of each kv head merging the others (FUSED).  Where the config's programs per SM are
-known, one sequence is cut into balanced items instead (BALANCED): one item length for
-the whole call, computed on the device from the length, so that the items fill one wave
-of the GPU; a batch is laid end to end and cut into equal token ranges, a range crossing
-sequence ends where it falls there (STREAM), so every program carries the same work
-whatever the lengths.
+Laid out as Triton's fused-attention tutorial lays out its kernels: the inner-loop helpers
+first (the split-precision dot, the K/V tile loads, one chunk's online softmax), then the
+helpers that number the work, then the two kernels a launch runs: the partition kernel
+(one program per chunk item) and the reduce kernel (log-sum-exp merge of the partials).
+The host side (plan, launch config, launch) is ``decode_launch.py``; what each launch
+choice means and why: that module's docstring and docs/kernel-notes.md.
 
 Only Triton 2.1 language features: tl.dot, masked tl.load/tl.store, tl.max/tl.sum,
 tl.cumsum, tl.exp, tl.where, tl.arange, tl.zeros, atomics, constexpr.  fp32 caches use a
 3-pass bf16 split product (hi*hi + hi*lo + lo*hi), so no TF32/precision keyword is
-needed.  One exception, chosen at launch: on Triton >= 3.0 K tiles are loaded in memory
-order and permuted (``k3d``; tl.permute/3-D reshape), which keeps each load instruction
-on whole cache lines; older Triton gets the 2-D load and launch tables tuned for it.
-Launch choices: ``launch_tables.py``; measurements: docs/kernel-notes.md.
-
-A balanced one-launch variant (a fixed grid, partials merged in-kernel in two levels)
-was built and measured in session 4 and lost at every shape (run v21); see the notes.
+needed.  One exception, chosen by the launcher: on Triton >= 3.0 K tiles are loaded in
+memory order and permuted (``K_3D``; tl.permute/3-D reshape).
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Tuple
-
-import torch
 import triton
 import triton.language as tl
 
-from . import launch_tables
-from .call import DecodeCall
-from .launch_tables import (  # noqa: F401 - the tables, also read through this module by tune
-    DEFAULT_CONFIGS,
-    FALLBACK_CONFIG,
-    K3D_CONFIGS,
-    K3D_MANY_PROGRAMS_CONFIG,
-    K3D_WIDE_GROUP_CONFIG,
-    K3D_WIDE_GROUP_MANY_CONFIG,
-    MANY_PROGRAMS_CONFIG,
-    MID_PROGRAMS_CONFIG,
-    WIDE_GROUP_CONFIG,
-    WIDE_GROUP_MANY_CONFIG,
-    LaunchConfig,
-    config_override,
-    set_config_override,
-)
-from .log import log
-from .signature import PARTITION_SIZE
+# -- inner-loop helpers: loads and products of one tile ---------------------------------
 
 
 @triton.jit
@@ -157,6 +122,9 @@ def _load_kv_tile(
     else:
         v = tl.load(v_base + v_off, mask=d_ok[None, :] & ok, other=0.0)
     return k, v
+
+
+# -- one chunk of one sequence for one kv head's query rows ----------------------------
 
 
 @triton.jit
@@ -334,6 +302,9 @@ def _partition(
             )
 
 
+# -- work numbering: which (sequence, chunk) a program owns ----------------------------
+
+
 @triton.jit
 def _compact_item(lens, sidx, num_seqs, item, part_len):
     # (sequence, chunk) of the item-th chunk when every sequence's chunks are numbered back
@@ -368,7 +339,35 @@ def _stream_layout(lens, budget, ALIGN: tl.constexpr, MIN_CHUNK: tl.constexpr):
 
 
 @triton.jit
-def _pa_v2_partition_kernel(
+def _merge_chunk(
+    ml_base, es_base, to_base, p, p_ok, in_buf, d, d_ok, stride_ml_p, stride_es_p, stride_to_p,
+    stride_to_d, m, den, acc,
+):  # fmt: skip
+    # One chunk of partials folded into a running (max, exp-sum, weighted sum): an online
+    # softmax over partials, one round trip per chunk.  Loads are masked by ``in_buf``
+    # (the buffer's size, known before seq_len is), rows past the sequence's partials
+    # (never written: junk, maybe NaN) dropped with ``p_ok`` afterwards.
+    ml = tl.load(ml_base + p * stride_ml_p, mask=in_buf, other=float("-inf"))
+    es = tl.load(es_base + p * stride_es_p, mask=in_buf, other=0.0)
+    t = tl.load(
+        to_base + p[:, None] * stride_to_p + d[None, :] * stride_to_d,
+        mask=in_buf[:, None] & d_ok[None, :],
+        other=0.0,
+    ).to(tl.float32)
+    ml = tl.where(p_ok, ml, float("-inf"))
+    t = tl.where(p_ok[:, None], t, 0.0)
+    m_new = tl.maximum(m, tl.max(ml, 0))
+    m_ref = tl.where(m_new > float("-inf"), m_new, 0.0)
+    scale = tl.exp(m - m_ref)
+    w = tl.where(p_ok, tl.exp(ml - m_ref) * es, 0.0)
+    return m_new, den * scale + tl.sum(w, 0), acc * scale + tl.sum(w[:, None] * t, 0)
+
+
+# -- the kernels -----------------------------------------------------------------------
+
+
+@triton.jit
+def partition_kernel(
     exp_sums_ptr, max_logits_ptr, tmp_out_ptr, out_ptr, counters_ptr, q_ptr, k_cache_ptr,
     v_cache_ptr, block_tables_ptr, seq_lens_ptr, alibi_ptr, scale, num_seqs, num_kv_heads,
     num_group_chunks, budget, stride_qs, stride_qh, stride_qd, stride_kb, stride_kh,
@@ -470,32 +469,7 @@ def _pa_v2_partition_kernel(
 
 
 @triton.jit
-def _merge_chunk(
-    ml_base, es_base, to_base, p, p_ok, in_buf, d, d_ok, stride_ml_p, stride_es_p, stride_to_p,
-    stride_to_d, m, den, acc,
-):  # fmt: skip
-    # One chunk of partials folded into a running (max, exp-sum, weighted sum): an online
-    # softmax over partials, one round trip per chunk.  Loads are masked by ``in_buf``
-    # (the buffer's size, known before seq_len is), rows past the sequence's partials
-    # (never written: junk, maybe NaN) dropped with ``p_ok`` afterwards.
-    ml = tl.load(ml_base + p * stride_ml_p, mask=in_buf, other=float("-inf"))
-    es = tl.load(es_base + p * stride_es_p, mask=in_buf, other=0.0)
-    t = tl.load(
-        to_base + p[:, None] * stride_to_p + d[None, :] * stride_to_d,
-        mask=in_buf[:, None] & d_ok[None, :],
-        other=0.0,
-    ).to(tl.float32)
-    ml = tl.where(p_ok, ml, float("-inf"))
-    t = tl.where(p_ok[:, None], t, 0.0)
-    m_new = tl.maximum(m, tl.max(ml, 0))
-    m_ref = tl.where(m_new > float("-inf"), m_new, 0.0)
-    scale = tl.exp(m - m_ref)
-    w = tl.where(p_ok, tl.exp(ml - m_ref) * es, 0.0)
-    return m_new, den * scale + tl.sum(w, 0), acc * scale + tl.sum(w[:, None] * t, 0)
-
-
-@triton.jit
-def _pa_v2_reduce_kernel(
+def reduce_kernel(
     out_ptr,
     exp_sums_ptr,
     max_logits_ptr,
@@ -598,467 +572,3 @@ def _pa_v2_reduce_kernel(
         res.to(out_ptr.dtype.element_ty),
         mask=d_ok,
     )
-
-
-def _next_pow2(n: int) -> int:
-    return 1 << max(0, (int(n) - 1).bit_length())
-
-
-MAX_GROUP_ROWS = 64
-# tl.permute / 3-D reshape arrived in Triton 3.0; older Triton keeps the 2-D K load.
-HAS_PERMUTE = hasattr(tl, "permute")
-TRITON_MAJOR = int(getattr(triton, "__version__", "0").split(".")[0])
-# The reduce kernel loads every partition of a sequence at once (one round trip) up to
-# this many partitions; longer sequences loop over chunks.
-REDUCE_SINGLE_PASS_MAX = 512
-# Values of one reduce load (partials x head columns), and partials per load and warps
-# per program in a batch (reduce_tile).
-REDUCE_TILE = 4096
-REDUCE_BATCH_ROWS = 32
-REDUCE_BATCH_WARPS = 1
-# One launch (the last chunk of each kv head merges, see _partition) for eager calls on
-# sequences of up to FUSE_MAX_PARTITIONS of vLLM's 512-token partitions (chunks stay at
-# 512 there), or for any plan of up to FUSE_MAX_CHUNKS chunks (0: only the first rule):
-# short sequences, where the host cost of a second launch is most of an eager decode
-# call (run v26, 1 x 1024: 25.5 us per call against 47.4 us for two launches).  In a CUDA
-# graph, and for longer sequences, the reduce kernel stays: the merging program walks the
-# chunks in series (run v25, 1 x 1024 in 8 chunks of 128: 9.4 us fused against 7.6 us
-# for two launches per call in a graph; v26, 1 x 2048 in 4 chunks: 28.6 us).
-FUSE_MAX_PARTITIONS = 4
-FUSE_MAX_CHUNKS = 0
-# A batch of more than one sequence launches only the chunks that exist (COMPACT) while its
-# lengths fit one vector per program.
-COMPACT_MAX_SEQS = 256
-_k3d_state = {"disabled": False}
-# Relaunch a compiled kernel through its launcher, skipping Triton's per-call argument
-# binding (Triton >= 3: the launcher takes every parameter, constexprs included).
-_fast = {"enabled": TRITON_MAJOR >= 3}
-_MAX_PLANS = 4096
-_sm_counts: Dict[Any, int] = {}
-
-
-def k3d_enabled() -> bool:
-    """Whether launches use the k3d K load (and the tables tuned for it)."""
-    return HAS_PERMUTE and not _k3d_state["disabled"]
-
-
-def group_rows(queries_per_kv: int) -> int:
-    """Rows of one partition program: its kv head's query heads, padded to a power of two
-    >= 16 (``tl.dot``'s minimum) and capped at MAX_GROUP_ROWS (larger groups take several
-    programs)."""
-    return max(16, min(_next_pow2(queries_per_kv), MAX_GROUP_ROWS))
-
-
-def pick_config(programs: int, d_pad: int, device: Any = None, g_pad: int = 16) -> LaunchConfig:
-    """The tables' choice for this process's load path (k3d or 2-D); ``device`` unused."""
-    del device
-    return launch_tables.pick_config(programs, d_pad, g_pad, k3d_enabled())
-
-
-def sm_count(device: Any) -> int:
-    """Streaming multiprocessors of a CUDA device; 0 elsewhere (Triton's interpreter on
-    CPU tensors), where chunks stay at 512 tokens unless a config asks for less."""
-    n = _sm_counts.get(device)
-    if n is None:
-        n = 0
-        if getattr(device, "type", None) == "cuda":
-            n = int(torch.cuda.get_device_properties(device).multi_processor_count)
-        _sm_counts[device] = n
-    return n
-
-
-class UnsupportedLayout(ValueError):
-    """A tensor layout the kernels do not address (the dispatcher falls back to torch)."""
-
-
-class _Kernel:
-    """One kernel of a plan: its grid, arguments' fixed tail and constexprs, and the
-    compiled handle once Triton has launched it the normal way."""
-
-    __slots__ = ("fn", "grid", "constexprs", "const_values", "options", "compiled")
-
-    def __init__(self, fn, grid, constexprs, options) -> None:
-        self.fn = fn
-        self.grid = grid
-        self.constexprs = constexprs
-        self.const_values = tuple(constexprs.values())
-        self.options = options
-        self.compiled = None
-
-    def launch(self, args: Tuple[Any, ...]) -> None:
-        compiled = self.compiled
-        if compiled is not None and _fast["enabled"]:
-            try:
-                compiled[self.grid](*args, *self.const_values)
-                return
-            except Exception as exc:  # a launcher of another shape: plain launches from now
-                _fast["enabled"] = False
-                log.info("vllm-codemod: Triton's compiled-kernel launcher is unusable (%s)", exc)
-        handle = self.fn[self.grid](*args, **self.constexprs, **self.options)
-        if hasattr(handle, "__getitem__"):
-            self.compiled = handle
-
-
-class _Scratch:
-    """Per-device buffers of ours: chunk partials when chunks are smaller than vLLM's
-    512-token partitions, and the fused merge's counters.  Grown on demand; a replaced
-    buffer is kept alive (a captured CUDA graph may still point at it).  Counters are zero
-    at rest (each merge resets its own), so one zeroed buffer serves every shape."""
-
-    def __init__(self) -> None:
-        self.partials: Dict[Any, Any] = {}
-        self.counters: Dict[Any, Any] = {}
-        self.retired: List[Any] = []
-
-    def partial_views(self, like: Any, num_seqs: int, num_heads: int, chunks: int, head: int):
-        """``tmp_out``, ``exp_sums``, ``max_logits`` views for ``chunks`` chunks per
-        sequence (vLLM's layout), in one buffer per (device, dtype) that at least doubles
-        when it grows.  Shared by every plan: calls run in stream order, one at a time."""
-        n_out = num_seqs * num_heads * chunks * head
-        n_ml = num_seqs * num_heads * chunks
-        key = (like.device, like.dtype)
-        held = self.partials.get(key)
-        if held is None or held[0].numel() < n_out or held[1].numel() < 2 * n_ml:
-            old_out, old_ml = (0, 0) if held is None else (held[0].numel(), held[1].numel())
-            if held is not None:
-                self.retired.append(held)
-            held = self.partials[key] = (
-                torch.empty(max(n_out, 2 * old_out), dtype=like.dtype, device=like.device),
-                torch.empty(max(2 * n_ml, 2 * old_ml), dtype=torch.float32, device=like.device),
-            )
-        out, ml = held
-        tmp = out[:n_out].view(num_seqs, num_heads, chunks, head)
-        es = ml[:n_ml].view(num_seqs, num_heads, chunks)
-        mx = ml[n_ml : 2 * n_ml].view(num_seqs, num_heads, chunks)
-        return tmp, es, mx
-
-    def counter_buffer(self, device: Any, needed: int) -> Optional[Any]:
-        """Zeroed counters, or None while a CUDA graph is being captured and the buffer
-        would have to grow (a zero-fill captured into the graph would not run now)."""
-        held = self.counters.get(device)
-        if held is not None and held.numel() >= needed:
-            return held
-        if getattr(device, "type", None) == "cuda" and torch.cuda.is_current_stream_capturing():
-            return None
-        if held is not None:
-            self.retired.append(held)
-        held = self.counters[device] = torch.zeros(
-            max(needed, 4096), dtype=torch.int32, device=device
-        )
-        return held
-
-
-_scratch = _Scratch()
-
-
-class _Plan:
-    """Everything fixed for one (shapes, strides, dtypes, partitions, config): built once,
-    so a call only gathers its tensors."""
-
-    __slots__ = ("partition", "reduce", "part_strides", "reduce_strides", "n_gc", "partials")
-    __slots__ += ("counters", "config", "budget")
-
-    def __init__(
-        self, c: DecodeCall, config: Optional[LaunchConfig], k3d: bool, fusable: bool = False
-    ) -> None:
-        query, key_cache, value_cache = c.query, c.key_cache, c.value_cache
-        out = c.out
-        num_seqs, num_heads, head_size = query.shape
-        qpk = num_heads // c.num_kv_heads
-        d_pad = max(16, _next_pow2(head_size))
-        f32_split = key_cache.element_size() == 4
-        g_pad = group_rows(qpk)
-        if d_pad >= 256 and (f32_split or not k3d):
-            # At head 256 the query operand and its layout copies dominate shared memory
-            # (fp32's split bf16 query alone fills 64 KB at 64 rows; the 2-D load path of
-            # Triton 2.1 needs 53 KB at 32 rows): 16 rows per program, more group chunks.
-            g_pad = 16
-        n_gc = (qpk + g_pad - 1) // g_pad
-        num_hg = c.num_kv_heads * n_gc
-        at_max = num_seqs * num_hg * c.num_partitions  # programs with 512-token chunks
-        picked = config is None
-        if picked:
-            config = launch_tables.pick_config(at_max, d_pad, g_pad, k3d)
-        # One launch for short sequences called eagerly (FUSE_MAX_PARTITIONS, _fusable), in
-        # vLLM's partitions.
-        fused = fusable and not config.chunk
-        budget = 0
-        if fused:
-            chunk = PARTITION_SIZE
-        else:
-            sms = sm_count(query.device)
-            balanced = num_seqs <= COMPACT_MAX_SEQS
-            if picked and balanced and k3d and not f32_split:
-                # The tables' config for a launch that balances, if it then does balance.
-                alt = launch_tables.balanced_config(config, g_pad, d_pad, num_seqs)
-                if alt != config and launch_tables.balanced_budget(
-                    alt, g_pad, d_pad, sms, num_hg, num_seqs
-                ):
-                    config = alt
-            chunk = launch_tables.pick_chunk(at_max, sms, config, g_pad, d_pad)
-            if balanced:
-                budget = launch_tables.balanced_budget(config, g_pad, d_pad, sms, num_hg, num_seqs)
-        self.config = config  # as given or as the tables picked it (for tests, benchmarks)
-        if chunk & (chunk - 1) or not 16 <= chunk <= PARTITION_SIZE:
-            raise ValueError(f"paged_attention_v2 (Triton): chunk {chunk} is not 16-512, 2^k")
-        chunk = max(chunk, c.block_size)  # whole blocks per chunk (the V load's hints)
-        n_chunks = (c.max_seq_len + chunk - 1) // chunk
-        tile, warps, stages, early_v, prefetch, config_k3d = tuple(config)[:6]
-        tile = min(tile, chunk)
-        k3d = k3d and bool(config_k3d)
-        x = key_cache.shape[4]
-        # Shared memory within 48 KB per program (the BI-V100's limit; checked by
-        # scripts/check_triton_compile.py on Triton 2.1 and 3.x): the staged dot operands
-        # grow with rows x head size and with the tile.
-        if f32_split:  # the 3-pass split product stages hi and lo halves of each operand
-            tile = min(tile, 16 if g_pad >= 64 or d_pad >= 256 else 32 if g_pad >= 32 else 64)
-        elif g_pad >= 64 and d_pad >= 256:
-            tile = min(tile, 16)
-        elif g_pad >= 32 and not k3d:  # Triton 2.1's 2-D load: 49408 bytes at 32 x 64
-            tile = min(tile, 32)
-        align = max(tile, c.block_size)
-        stream = bool(budget) and num_seqs > 1 and launch_tables.BALANCED_STREAM
-        if budget:
-            # Items of a length chosen on the device (>= chunk, whole tiles and blocks),
-            # at most budget + sequences of them; their partials in a buffer of ours,
-            # slot = item, shared by every sequence (stride 0).
-            chunk = max(launch_tables.BALANCED_MIN_CHUNK, align)
-            n_items = budget + num_seqs
-            tmp_out, exp_sums, max_logits = (
-                t.expand(num_seqs, *t.shape[1:])
-                for t in _scratch.partial_views(c.tmp_out, 1, num_heads, n_items, head_size)
-            )
-            self.partials = (exp_sums, max_logits, tmp_out)
-            # A sequence's items: <= budget (its length / chunk <= total / chunk); a
-            # stream's ranges may start inside it, one more.
-            n_chunks = min(budget, -(-c.max_seq_len // chunk) + stream)
-            max_parts = n_chunks
-        elif chunk == PARTITION_SIZE:  # vLLM's own partition buffers
-            tmp_out, exp_sums, max_logits = c.tmp_out, c.exp_sums, c.max_logits
-            max_parts = min(exp_sums.shape[2], max_logits.shape[2], tmp_out.shape[2])
-            self.partials: Optional[tuple] = None
-        else:
-            tmp_out, exp_sums, max_logits = _scratch.partial_views(
-                c.tmp_out, num_seqs, num_heads, n_chunks, head_size
-            )
-            max_parts = n_chunks
-            self.partials = (exp_sums, max_logits, tmp_out)
-        fused = (fused or n_chunks <= FUSE_MAX_CHUNKS) and not budget
-        counters = _scratch.counter_buffer(query.device, num_seqs * num_hg) if fused else None
-        fused = counters is not None
-        self.counters = counters
-        compact = 1 < num_seqs <= COMPACT_MAX_SEQS and not budget
-        if stream:
-            grid = (num_hg * budget, 1, 1)
-        elif budget:
-            grid = (num_hg * (budget + num_seqs), 1, 1)
-        elif compact:  # sequences x chunks of the longest (>= 1): an upper bound of the items
-            grid = (num_hg * num_seqs * max(n_chunks, 1), 1, 1)
-        else:
-            grid = (num_seqs * num_hg, n_chunks, 1)
-        # The lengths' vector of the compact and balanced grids; 1: one sequence, no vector.
-        ns_pad = 1 if num_seqs == 1 else max(2, _next_pow2(num_seqs))
-        ks, vs = key_cache.stride(), value_cache.stride()
-        # Contiguity hints hold for vLLM's dense cache layouts: x elements contiguous in K,
-        # block_size tokens contiguous in V, every block/head/row start aligned to them.
-        hints = (
-            ks[4] == 1
-            and all(v % x == 0 for v in ks[:4])
-            and vs[3] == 1
-            and all(v % c.block_size == 0 for v in vs[:3])
-        )
-        self.n_gc = n_gc
-        self.budget = budget
-        self.part_strides = (num_seqs, c.num_kv_heads, n_gc, max(budget, 1))
-        self.part_strides += tuple(query.stride())
-        self.part_strides += tuple(ks) + tuple(vs) + (c.block_tables.stride(0),)
-        self.part_strides += tuple(exp_sums.stride()) + tuple(max_logits.stride())
-        self.part_strides += tuple(tmp_out.stride()) + tuple(out.stride()[:2])
-        self.partition = _Kernel(
-            _pa_v2_partition_kernel,
-            grid,
-            dict(
-                QUERIES_PER_KV=qpk,
-                G_PAD=g_pad,
-                HEAD_SIZE=head_size,
-                D_PAD=d_pad,
-                X=x,
-                BLOCK_SIZE=c.block_size,
-                PART=chunk,
-                TILE=tile,
-                USE_ALIBI=c.alibi_slopes is not None,
-                F32_SPLIT=f32_split,
-                CONTIG_HINTS=hints,
-                EARLY_V=bool(early_v),
-                PREFETCH=int(prefetch),
-                K_3D=k3d,
-                FUSED=fused,
-                P_FUSE=max(2, _next_pow2(n_chunks)) if fused else 2,
-                COMPACT=compact,
-                NS_PAD=ns_pad,
-                BALANCED=bool(budget),
-                ALIGN=align,
-                STREAM=stream,
-            ),
-            dict(num_warps=warps, num_stages=stages),
-        )
-        if fused:
-            self.reduce = None
-            return
-        p_rows, d_blk, single, r_warps = reduce_tile(num_seqs, n_chunks, d_pad)
-        self.reduce_strides = (num_seqs, max(budget, 1), num_heads, max_parts)
-        self.reduce_strides += tuple(out.stride())
-        self.reduce_strides += tuple(exp_sums.stride()) + tuple(max_logits.stride())
-        self.reduce_strides += tuple(tmp_out.stride())
-        self.reduce = _Kernel(
-            _pa_v2_reduce_kernel,
-            (num_seqs * num_heads, d_pad // d_blk, 1),
-            dict(
-                HEAD_SIZE=head_size,
-                D_BLK=d_blk,
-                PART=chunk,
-                P_MAX=p_rows,
-                SINGLE_PASS=single,
-                BALANCED=bool(budget),
-                ALIGN=align,
-                NS_PAD=ns_pad,
-                STREAM=stream,
-            ),
-            dict(num_warps=r_warps),
-        )
-
-
-_plans: Dict[tuple, _Plan] = {}
-
-
-def reduce_tile(num_seqs: int, n_chunks: int, d_pad: int) -> Tuple[int, int, bool, int]:
-    """(partials per load, head columns per program, whether one load covers every
-    partition, warps) of the reduce kernel for ``n_chunks`` partitions at most per
-    sequence.
-
-    One sequence: four-warp programs over 16- or 32-column slices of each head, every
-    partition in one load up to REDUCE_SINGLE_PASS_MAX (many programs, one round trip).
-    A batch: one-warp programs per (sequence, head) over the whole head where REDUCE_TILE
-    values allow, at most REDUCE_BATCH_ROWS partials per load, longer sequences looping.
-    Runs v35-v37 (H200): the reduce of the ragged batch took 9.8 us and 64 x 4K 10.8-12.4
-    us with four-warp programs (per slice, or per head), 5.9 and 3.0 us with this; one
-    sequence's four-warp slices 2.8 us at 1 x 32K against 4.0 us on one warp.
-    """
-    if num_seqs == 1:
-        d_blk = min(32 if n_chunks <= 256 else 16, d_pad)
-        if n_chunks <= REDUCE_SINGLE_PASS_MAX:
-            return max(16, _next_pow2(n_chunks)), d_blk, True, 4
-        return REDUCE_TILE // d_blk, d_blk, False, 4
-    rows = max(2, min(_next_pow2(n_chunks), REDUCE_BATCH_ROWS))
-    if n_chunks > REDUCE_SINGLE_PASS_MAX:  # a cap on a batch's load too (tests force loops)
-        rows = min(rows, max(2, _next_pow2(REDUCE_SINGLE_PASS_MAX)))
-    d_blk = min(d_pad, max(16, REDUCE_TILE // rows))
-    return rows, d_blk, n_chunks <= min(rows, REDUCE_SINGLE_PASS_MAX), REDUCE_BATCH_WARPS
-
-
-def _plan_key(c: DecodeCall, config: Optional[LaunchConfig], k3d: bool) -> tuple:
-    # Everything a plan and Triton's specialization depend on: shapes, strides, dtypes,
-    # devices, partitions, and the data pointers' 16-byte alignment.
-    q, kc = c.query, c.key_cache
-    ptrs = q.data_ptr() | kc.data_ptr() | c.value_cache.data_ptr() | c.out.data_ptr()
-    ptrs |= c.exp_sums.data_ptr() | c.max_logits.data_ptr() | c.tmp_out.data_ptr()
-    return (
-        q.shape,
-        q.stride(),
-        q.dtype,
-        q.device,
-        kc.shape,
-        kc.stride(),
-        kc.dtype,
-        c.value_cache.stride(),
-        c.out.stride(),
-        c.tmp_out.shape,
-        c.tmp_out.stride(),
-        c.exp_sums.shape,
-        c.exp_sums.stride(),
-        c.max_logits.stride(),
-        c.block_tables.stride(0),
-        c.seq_lens.dtype,
-        c.num_kv_heads,
-        # The chunk count (grid, fused merge) follows the length at the finest chunk.
-        -(-c.max_seq_len // (config.chunk if config and config.chunk else launch_tables.MIN_CHUNK)),
-        c.alibi_slopes is None,
-        config,
-        k3d,
-        ptrs & 15,
-    )
-
-
-def _fusable(c: DecodeCall) -> bool:
-    """Whether this call may take the one-launch plan: a short sequence, launched eagerly.
-    Inside a CUDA graph launches cost nothing on the host and the two-launch plan's
-    smaller chunks win on the GPU (run v26), so a captured call never fuses."""
-    if c.num_partitions > FUSE_MAX_PARTITIONS:
-        return False
-    if not c.query.is_cuda:
-        return True
-    return not torch.cuda.is_current_stream_capturing()
-
-
-def _launch(c: DecodeCall, config: Optional[LaunchConfig], k3d: bool) -> None:
-    fusable = _fusable(c)
-    key = _plan_key(c, config, k3d) + (fusable,)
-    plan = _plans.get(key)
-    if plan is None:
-        if c.query.stride(2) != 1 or c.out.stride(2) != 1:
-            raise UnsupportedLayout("paged_attention_v2 (Triton): query/out rows must be dense")
-        if len(_plans) >= _MAX_PLANS:
-            _plans.clear()
-        plan = _plans[key] = _Plan(c, config, k3d, fusable)
-    seq_lens = c.seq_lens
-    alibi = c.alibi_slopes if c.alibi_slopes is not None else seq_lens  # unused pointer
-    partials = plan.partials
-    if partials is None:
-        partials = (c.exp_sums, c.max_logits, c.tmp_out)
-    counters = plan.counters if plan.counters is not None else c.out  # unused if not fused
-    plan.partition.launch(
-        partials + (c.out, counters, c.query, c.key_cache, c.value_cache, c.block_tables)
-        + (seq_lens, alibi, c.scale)
-        + plan.part_strides
-    )  # fmt: skip
-    if plan.reduce is not None:
-        plan.reduce.launch((c.out,) + partials + (seq_lens,) + plan.reduce_strides)
-
-
-def run(c: DecodeCall, config: Optional[LaunchConfig] = None) -> None:
-    """vLLM's paged_attention_v2 on CUDA tensors: partition kernel, then reduce kernel.
-
-    The first call for a plan goes through Triton's normal launch, which binds and
-    specializes every argument; later calls reuse the compiled kernels through their
-    launchers (Triton >= 3), skipping that per-call work.  Pointer alignment, strides and
-    shapes are part of the plan key, so a reused kernel is always the one Triton would
-    have picked itself.
-
-    On Triton >= 3.0 the k3d kernels go first; if they fail to compile or launch (a vendor
-    Triton that has tl.permute but cannot lower it) the call is retried once with the 2-D K
-    load and the tables tuned for it, and if that works k3d stays off for the rest of the
-    process (one log line).  A failure of both is raised (the dispatcher then falls back
-    to the PyTorch path).
-    """
-    if config is None:
-        config = config_override()
-    if not k3d_enabled():
-        _launch(c, config, False)
-        return
-    try:
-        _launch(c, config, True)
-    except UnsupportedLayout:
-        raise
-    except Exception as exc:
-        _k3d_state["disabled"] = True
-        try:
-            _launch(c, config, False)
-        except Exception:
-            _k3d_state["disabled"] = False  # not k3d's fault: leave it on for other calls
-            raise
-        log.warning(
-            "vllm-codemod paged_attention_v2: the k3d Triton kernel failed (%s: %s); using "
-            "the 2-D K load from now on",
-            type(exc).__name__,
-            str(exc)[:200],
-        )
