@@ -12,7 +12,7 @@ paged context and, causally, to themselves.  Per case, side by side in one proce
 
 Every row is checked against the float64 reference (``kernels.reference``) on a sample of
 query rows before it is timed; a row off by more than 2e-2 (relative Frobenius) is
-reported as wrong and not timed.  Timing: ``bench_paged_attention.bench`` (Triton's
+reported as wrong and not timed.  Timing: ``bench_common.bench`` (Triton's
 do_bench: warm-up, CUDA events, median).  FLOP: causal,
 ``4 * heads * head_size * new * (ctx + (new + 1) / 2)`` per sequence; the % column is of
 an 8192^3 bf16 matmul timed in the same run.  The headline: a 100K prompt prefilled in
@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
-from bench_paged_attention import bench  # this directory: run as `python benchmarks/...`
+from bench_common import bench  # this directory: run as `python benchmarks/...`
 
 from vllm_codemod.kernels.prefill_cases import (
     launch_arguments,
