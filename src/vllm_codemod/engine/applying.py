@@ -95,10 +95,27 @@ def _outcomes(plan: Plan) -> List[TransformOutcome]:
     return out
 
 
+def hand_edit_error(plan: Plan) -> RefusalError:
+    paths = ", ".join(str(plan.tree.path(rel)) for rel in plan.hand_edited)
+    return RefusalError(
+        f"{paths}: edited by hand since vllm-codemod patched it (its changes are still in "
+        "it); apply would overwrite that edit; nothing was changed; run `vllm-codemod "
+        "revert --discard-local-changes` to restore the original, or `vllm-codemod apply "
+        "--discard-local-changes` to overwrite the edit (the original stays saved)"
+    )
+
+
 def apply(plan: Plan) -> ApplyResult:
-    """Write ``plan`` to its tree, all or nothing.  The caller holds the lock."""
+    """Write ``plan`` to its tree, all or nothing.  The caller holds the lock.
+
+    A patched file edited by hand since is refused unless the plan was made to discard
+    local changes: then our output replaces the edit, and the original saved first
+    stays the one ``revert`` restores.
+    """
     if plan.conflicts:
         raise conflict_error(plan)
+    if plan.hand_edited and not plan.discard_local_changes:
+        raise hand_edit_error(plan)
     tree = plan.tree
     state = StateDir(tree)
     result = ApplyResult(

@@ -10,13 +10,14 @@ import csv
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Collection, Dict, List, Optional
 
 from .. import __version__
 from ..discovery import VllmTree
 from ..errors import ManifestError, UserError
 from ..fsutil import sha256_bytes
 from ..record import find_record, rewrite_record
+from ..transforms.base import MARKER
 from .changes import ChangeSet, FileChange
 from .records import AddedEntry, FileEntry, Manifest, RecordedOptions
 from .statedir import StateDir
@@ -33,6 +34,9 @@ class Bookkeeping:
     bytecode_to_remove: List[str] = field(default_factory=list)
     #: the vllm dist-info RECORD (relative to base), None if absent
     record: Optional[str] = None
+    #: patched files edited by hand since (our changes still in them): apply refuses
+    #: to overwrite them unless told to, and their saved original stays the original
+    hand_edited: List[str] = field(default_factory=list)
 
 
 def is_new_baseline(entry: Optional[FileEntry], current: Optional[bytes]) -> bool:
@@ -48,6 +52,37 @@ def is_new_baseline(entry: Optional[FileEntry], current: Optional[bytes]) -> boo
     return digest not in (entry.patched_sha256, entry.original_sha256)
 
 
+def hand_edited(tree: VllmTree, manifest: Manifest) -> Dict[str, bytes]:
+    """Patched files edited by hand since (our changes still in them), with their saved
+    originals: a hand edit, unlike a reinstall, never becomes the new original.
+
+    Every edit carries :data:`MARKER`; a file that is neither our output nor its
+    original, and holds more markers than the original, still has our changes in it.
+    Anything else that changed is an unpatched file again (a reinstall).
+    """
+    state = StateDir(tree)
+    marker = MARKER.encode("utf-8")
+    found: Dict[str, bytes] = {}
+    for rel, entry in manifest.files.items():
+        if rel == manifest.record:
+            continue
+        try:
+            current = tree.path(rel).read_bytes()
+        except OSError:
+            continue
+        if not is_new_baseline(entry, current):
+            continue
+        try:
+            original = state.originals(rel).read_bytes()
+        except OSError:
+            original = b""
+        if sha256_bytes(original) != entry.original_sha256:
+            original = b""
+        if current.count(marker) > original.count(marker):
+            found[rel] = original
+    return found
+
+
 def dirs_to_create(tree: VllmTree, target: Path) -> List[str]:
     """The directories writing ``target`` will create (they do not exist yet), as paths
     relative to the tree's base: these are ours, and revert may remove them once empty."""
@@ -61,8 +96,16 @@ def dirs_to_create(tree: VllmTree, target: Path) -> List[str]:
     return missing
 
 
-def bookkeeping(change_set: ChangeSet, manifest: Manifest, options: RecordedOptions) -> Bookkeeping:
-    """The manifest after apply, the originals to save, and the RECORD to match."""
+def bookkeeping(
+    change_set: ChangeSet,
+    manifest: Manifest,
+    options: RecordedOptions,
+    edited_by_hand: Collection[str] = (),
+) -> Bookkeeping:
+    """The manifest after apply, the originals to save, and the RECORD to match.
+
+    A file in ``edited_by_hand`` keeps the original saved first (see :func:`hand_edited`).
+    """
     tree = change_set.tree
     after = manifest.copy()
     after.tool_version = __version__
@@ -87,6 +130,9 @@ def bookkeeping(change_set: ChangeSet, manifest: Manifest, options: RecordedOpti
         assert change.new is not None and change.old is not None
         entry = after.files.get(change.path)
         first_touch = is_new_baseline(entry, change.old)
+        if first_touch and change.path in edited_by_hand:
+            out.hand_edited.append(change.path)
+            first_touch = False
         if first_touch:
             out.originals_to_save[change.path] = change.old
             entry = FileEntry(sha256_bytes(change.old), os.stat(target).st_mode & 0o7777)

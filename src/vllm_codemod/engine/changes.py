@@ -174,6 +174,7 @@ def build_change_set(
     registry: Sequence[Transform] = (),
     explicit: Collection[str] = (),
     tuning_table: Optional[bytes] = None,
+    plan_from: Mapping[str, bytes] = {},
 ) -> ChangeSet:
     """Ask every transform for its verdict.
 
@@ -184,6 +185,8 @@ def build_change_set(
     ``explicit`` names the transforms the user asked for with ``--only``;
     ``tuning_table`` is the table ``apply --tuning`` ships (see :class:`Bundle`).
     Transforms that ship the same file (a shared bundle) must agree on its bytes.
+    ``plan_from`` gives other bytes to plan a target from than the ones in the tree
+    (the saved original of a hand-edited file whose edit is to be discarded).
     """
     context = TransformContext(
         vllm_root=tree.root,
@@ -207,7 +210,7 @@ def build_change_set(
         path = tree.path(rel)
         if rel not in texts:
             sources[rel] = _read_target(tree, rel, transform)
-            texts[rel], forms[rel] = _decode(path, sources[rel])
+            texts[rel], forms[rel] = _decode(path, plan_from.get(rel, sources[rel]))
         verdict, new_text = _plan_text(path, texts[rel], transform, context)
         result = TransformResult(
             transform, rel, verdict.status, verdict.reason, dict(verdict.details)

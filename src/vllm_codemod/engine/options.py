@@ -32,6 +32,9 @@ class PlanOptions:
     tuning: Optional[Path] = None
     #: ``--no-tuning``: drop the recorded tuning table
     drop_tuning: bool = False
+    #: ``apply --discard-local-changes``: plan hand-edited patched files from their
+    #: saved originals, so our output replaces the edit
+    discard_local_changes: bool = False
 
 
 @dataclass

@@ -18,7 +18,7 @@ from ..discovery import VllmTree
 from ..errors import CodemodError, ManifestError
 from ..transforms.base import Status, Transform
 from ..versions import gate_version, read_version
-from .bookkeeping import bookkeeping
+from .bookkeeping import bookkeeping, hand_edited
 from .changes import FileChange, build_change_set
 from .options import OptionChange, PlanOptions, resolve_selection, resolve_values
 from .records import Manifest, RecordedOptions
@@ -69,6 +69,10 @@ class Plan:
     manifest_after: Manifest
     originals_to_save: Dict[str, bytes]
     bytecode_to_remove: List[str]
+    #: patched files edited by hand since (see :func:`.bookkeeping.still_ours`)
+    hand_edited: List[str] = field(default_factory=list)
+    #: ``apply --discard-local-changes``: planned from the originals of those files
+    discard_local_changes: bool = False
 
     @property
     def conflicts(self) -> List[TransformState]:
@@ -142,6 +146,7 @@ def plan(
     values, option_changes = resolve_values(options, recorded, registry)
     option_changes += table_change(recorded, baked)
     previously_added = {rel: (e.sha256, e.transform) for rel, e in manifest.added.items()}
+    edited = hand_edited(tree, manifest)
     change_set = build_change_set(
         tree,
         version,
@@ -151,6 +156,7 @@ def plan(
         registry=registry,
         explicit=only,
         tuning_table=baked.data if baked is not None else None,
+        plan_from=edited if options.discard_local_changes else {},
     )
     after_options = RecordedOptions(
         values=dict(values),
@@ -161,7 +167,7 @@ def plan(
         ),
         has_tuning=True,
     )
-    books = bookkeeping(change_set, manifest, after_options)
+    books = bookkeeping(change_set, manifest, after_options, edited_by_hand=set(edited))
     return Plan(
         tree=tree,
         version=change_set.version,
@@ -179,4 +185,6 @@ def plan(
         manifest_after=books.manifest_after,
         originals_to_save=books.originals_to_save,
         bytecode_to_remove=books.bytecode_to_remove,
+        hand_edited=books.hand_edited,
+        discard_local_changes=options.discard_local_changes,
     )
