@@ -18,7 +18,7 @@ from packaging.version import Version
 
 from vllm_codemod.excerpt import make_excerpt
 from vllm_codemod.transforms import get_transform
-from vllm_codemod.transforms.base import Plan, Status, Transform, TransformContext
+from vllm_codemod.transforms.base import Status, Transform, TransformContext, Verdict
 
 TransformLike = Union[str, Transform]
 
@@ -44,13 +44,13 @@ def make_context(
     )
 
 
-def run_codemod(transform: TransformLike, code: str, **context: Any) -> Plan:
+def run_codemod(transform: TransformLike, code: str, **context: Any) -> Verdict:
     """One plan of ``transform`` on ``code`` (dedented); context as for ``make_context``."""
     resolved = _resolve(transform)
     return resolved.plan(cst.parse_module(textwrap.dedent(code)), make_context(resolved, **context))
 
 
-def assert_codemod(transform: TransformLike, before: str, after: str, **context: Any) -> Plan:
+def assert_codemod(transform: TransformLike, before: str, after: str, **context: Any) -> Verdict:
     """``transform`` rewrites ``before`` into exactly ``after``, idempotently.
 
     ``before`` and ``after`` are dedented first, so tests may indent them.  Returns the
@@ -73,7 +73,7 @@ def assert_codemod(transform: TransformLike, before: str, after: str, **context:
 
 def assert_unchanged(
     transform: TransformLike, code: str, status: Status = Status.APPLIED, **context: Any
-) -> Plan:
+) -> Verdict:
     """``transform`` answers ``status`` on ``code`` and plans no edit."""
     plan = run_codemod(transform, code, **context)
     assert plan.status is status, f"{plan.status.value}: {plan.reason}"
@@ -81,7 +81,7 @@ def assert_unchanged(
     return plan
 
 
-def assert_refused(transform: TransformLike, code: str, *needles: str, **context: Any) -> Plan:
+def assert_refused(transform: TransformLike, code: str, *needles: str, **context: Any) -> Verdict:
     """``transform`` answers ``conflict`` on ``code``, and its reason says every needle."""
     plan = assert_unchanged(transform, code, Status.CONFLICT, **context)
     for needle in needles:
@@ -93,7 +93,7 @@ def _resolve(transform: TransformLike) -> Transform:
     return get_transform(transform) if isinstance(transform, str) else transform
 
 
-def _assert_excerpt_agrees(transform: Transform, before: str, full: Plan, context: Any) -> None:
+def _assert_excerpt_agrees(transform: Transform, before: str, full: Verdict, context: Any) -> None:
     """The planner's anchored path (see vllm_codemod.excerpt) yields the same file."""
     excerpt = make_excerpt(before, transform.anchors) if transform.anchors else None
     if excerpt is None:

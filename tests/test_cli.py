@@ -324,15 +324,15 @@ def test_interrupted_run_blocks_read_only_commands_until_finished(fork):
     patched = snapshot(fork)
     state = fork / "vllm" / ".vllm-codemod"
     # Simulate a revert that committed its journal and then died before any step.
-    import vllm_codemod.engine as engine
+    import vllm_codemod.engine.reverting as reverting
     from vllm_codemod.discovery import locate_tree
 
-    real = engine.replay
-    engine.replay = lambda state, journal: None
+    real = reverting.replay
+    reverting.replay = lambda state, journal: None
     try:
-        engine.revert(locate_tree(fork, None))
+        reverting.revert(locate_tree(fork, None))
     finally:
-        engine.replay = real
+        reverting.replay = real
     assert (state / "journal.json").exists()
     _assert_error(run("check", "--site-packages", str(fork)), "interrupted")
     result = run("apply", "--site-packages", str(fork))  # finishes the revert, then applies

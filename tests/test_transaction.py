@@ -16,7 +16,7 @@ import vllm_codemod.fsutil as fsutil
 from treeutil import snapshot
 from vllm_codemod.discovery import locate_tree
 from vllm_codemod.errors import CodemodError
-from vllm_codemod.transforms.base import Plan, Status, Transform
+from vllm_codemod.transforms.base import Status, Transform, Verdict
 
 FOOTER = "# patched by a test transform\n"
 
@@ -33,9 +33,9 @@ class AppendFooter(Transform):
     def plan(self, module, context):
         added = {"_codemod_kernels/__init__.py": self.kernel, "_codemod_kernels/k.py": b"K = 2\n"}
         if module.code.endswith(FOOTER):
-            return Plan(Status.APPLIED, "footer present", added_files=added)
+            return Verdict(Status.APPLIED, "footer present", added_files=added)
         new = cst.parse_module(module.code + FOOTER)
-        return Plan(Status.PENDING, "footer missing", module=new, added_files=added)
+        return Verdict(Status.PENDING, "footer missing", module=new, added_files=added)
 
 
 def make_site(tmp_path: Path) -> Path:
@@ -76,7 +76,7 @@ def test_apply_then_revert_is_byte_identical(tmp_path):
     the_plan = plan(site)
     assert the_plan.pending
     engine.apply(the_plan)
-    manifest = the_plan.manifest_after
+    manifest = the_plan.manifest_after.to_json()
     root = site / "vllm"
     assert (root / "_custom_ops.py").read_text().endswith(FOOTER)
     assert (root / "_custom_ops.py").stat().st_mode & 0o777 == 0o640

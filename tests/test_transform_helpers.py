@@ -9,7 +9,7 @@ import pytest
 from packaging.specifiers import SpecifierSet
 
 from codemod_helpers import assert_codemod, assert_refused, assert_unchanged
-from vllm_codemod.transforms.base import Option, Plan, Status, Transform, TransformContext
+from vllm_codemod.transforms.base import Option, Status, Transform, TransformContext, Verdict
 
 
 class AppendLine(Transform):
@@ -24,15 +24,15 @@ class AppendLine(Transform):
         Option("line", "--line", str, "x = 1\n", "the line to append"),
     )
 
-    def plan(self, module: cst.Module, context: TransformContext) -> Plan:
+    def plan(self, module: cst.Module, context: TransformContext) -> Verdict:
         line = context.option(self, "line")
         if line in module.code and not context.option(self, "again"):
-            return Plan(Status.APPLIED, "present")
+            return Verdict(Status.APPLIED, "present")
         if "refuse" in module.code:
-            return Plan(Status.CONFLICT, "asked to refuse")
+            return Verdict(Status.CONFLICT, "asked to refuse")
         if "(" in line:  # a line that does not parse: the "module" is hand-made
-            return Plan(Status.PENDING, "broken", module=_Broken(module.code + line))
-        return Plan(Status.PENDING, "append", module=cst.parse_module(module.code + line))
+            return Verdict(Status.PENDING, "broken", module=_Broken(module.code + line))
+        return Verdict(Status.PENDING, "append", module=cst.parse_module(module.code + line))
 
 
 class _Broken:

@@ -16,6 +16,12 @@ from .v2_dispatch import V2Dispatch
 ALL_TRANSFORMS: Tuple[Transform, ...] = (PagedAttentionV2(), V2Dispatch(), PrefixPrefillWarps())
 
 
+def bundle_directories() -> Tuple[str, ...]:
+    """The directories the transforms copy files into (inside ``vllm/``), each once."""
+    found = [t.bundle.directory for t in ALL_TRANSFORMS if t.bundle is not None]
+    return tuple(dict.fromkeys(found))
+
+
 def get_transform(name: str) -> Transform:
     """The registered transform called ``name`` (KeyError lists the known ones)."""
     for transform in ALL_TRANSFORMS:
@@ -25,4 +31,4 @@ def get_transform(name: str) -> Transform:
     raise KeyError(f"unknown transform {name!r}; known: {known}")
 
 
-__all__ = ["ALL_TRANSFORMS", "get_transform"]
+__all__ = ["ALL_TRANSFORMS", "bundle_directories", "get_transform"]

@@ -1,10 +1,11 @@
 """The contract between the engine and each codemod.
 
 A transform is one self-contained unit, modelled on ``libcst.codemod``'s commands: a
-name, a short description, the file it targets and the structural matcher that decides
-what to do with it.  The engine owns everything with side effects (reading, writing,
+name, a short description, the file it targets, the structural matcher that decides
+what to do with it, and what it copies into the tree beside its edit (its
+:class:`Bundle`, if any).  The engine owns everything with side effects (reading, writing,
 backups, locking); a transform only ever looks at a parsed module and answers with a
-:class:`Plan`.  That split is what lets ``diff``, ``check`` and ``apply`` share one
+:class:`Verdict`.  That split is what lets ``diff``, ``check`` and ``apply`` share one
 code path and keeps transforms trivially testable on in-memory sources.
 """
 
@@ -61,6 +62,9 @@ class TransformContext:
     #: transforms the user asked for by name (``--only``): a fork remedy that holds
     #: back on an upstream tree runs when named here
     explicitly_selected: FrozenSet[str] = frozenset()
+    #: ``apply --tuning FILE``: the tuning table's bytes, for a transform whose bundle
+    #: has a place for it (never persisted: the manifest records its hash)
+    tuning_table: Optional[bytes] = None
 
     @property
     def is_upstream(self) -> bool:
@@ -74,14 +78,40 @@ class TransformContext:
         raise KeyError(f"{transform.name} has no option {name!r}")
 
 
+@dataclass(frozen=True)
+class Bundle:
+    """A directory of files a transform copies into the vllm package beside its edit.
+
+    Declared on the transform class so the engine can look after the directory (sweep
+    our debris there, place the tuning table) without knowing which transform ships
+    what.  Several transforms may declare the same bundle: each one that applies lists
+    its files in :attr:`Verdict.added_files`, and the engine writes a path once when
+    they agree on its bytes, so leaving one of them out still ships the bundle while
+    another one is on.
+    """
+
+    #: directory inside the vllm package, POSIX separators, e.g. ``_codemod_kernels``
+    directory: str
+    #: the name ``apply --tuning`` gives the tuning table inside it; None: no table
+    tuning_file: Optional[str] = None
+
+    def with_tuning_table(
+        self, files: Dict[str, bytes], context: TransformContext
+    ) -> Dict[str, bytes]:
+        """``files`` plus the run's tuning table, when this bundle carries one."""
+        if not files or self.tuning_file is None or context.tuning_table is None:
+            return files
+        return {**files, f"{self.directory}/{self.tuning_file}": context.tuning_table}
+
+
 @dataclass
-class Plan:
+class Verdict:
     """A transform's answer for one target file.
 
     ``module`` is the rewritten module when ``status`` is PENDING, else None.
     ``details`` carries facts worth showing in ``check`` (e.g. BLOCK sizes) without
     changing anything.  ``added_files`` maps paths relative to the vllm package to the
-    bytes the transform needs beside its edit (the bundled kernels); the engine writes,
+    bytes the transform needs beside its edit (its :class:`Bundle`); the engine writes,
     records and later removes them.
     """
 
@@ -109,6 +139,20 @@ class Transform:
     #: transforms whose edit must be in place (or not needed) before this one's is safe:
     #: the engine refuses to apply this one alone while one of them is still pending.
     requires: ClassVar[Tuple[str, ...]] = ()
+    #: what the transform copies into the tree (None: nothing)
+    bundle: ClassVar[Optional[Bundle]] = None
+    #: the option that takes a tuning table's prefix-prefill warps (``apply --tuning``
+    #: sets it unless it is given explicitly); None: the table means nothing to it
+    tuning_warps_option: ClassVar[Optional[str]] = None
 
-    def plan(self, module: cst.Module, context: TransformContext) -> Plan:  # pragma: no cover
+    @property
+    def carries_tuning_table(self) -> bool:
+        return self.bundle is not None and self.bundle.tuning_file is not None
+
+    def plan(self, module: cst.Module, context: TransformContext) -> Verdict:  # pragma: no cover
         raise NotImplementedError
+
+
+#: The earlier name of :class:`Verdict`, for transforms written before the rename; the
+#: engine's :class:`vllm_codemod.engine.Plan` is the plan of a whole run.
+Plan = Verdict

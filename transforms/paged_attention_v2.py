@@ -5,7 +5,7 @@ BI-V100 forks ship ``vllm/_custom_ops.py`` with ``paged_attention_v2`` reduced t
 Every decode then has to take the V1 path, which runs one program per (sequence, head)
 over the whole context: fine at 2K tokens, crippling at 100K.  This transform replaces
 the stub's body with a call into the bundled split-KV kernels (``vllm/_codemod_kernels``,
-shipped by the same run through :attr:`Plan.added_files`), passing every parameter of
+shipped by the same run through :attr:`Verdict.added_files`), passing every parameter of
 the function's own signature by name, so the one edit works for every signature vLLM
 has had (``kv_scale`` in 0.4.x, float ``k_scale``/``v_scale`` in 0.5-0.6, tensor scales
 from 0.7).  A stub that names nothing (``*args, **kwargs``) is forwarded by position
@@ -39,7 +39,7 @@ from ._cst_helpers import (
     small_statements,
 )
 from ._forwarding import Forwarding, KernelSignature, Unforwardable, plan_forwarding
-from .base import Plan, Status, Transform, TransformContext
+from .base import Bundle, Status, Transform, TransformContext, Verdict
 
 #: Installed name of the tool's kernel package and its directory name inside ``vllm/``.
 KERNEL_PACKAGE = "vllm_codemod.kernels"
@@ -48,10 +48,13 @@ KERNEL_DIR = "_codemod_kernels"
 KERNEL_MODULE = f"vllm.{KERNEL_DIR}"
 KERNEL_ENTRY = "paged_attention_v2"
 KERNEL_ALIAS = "_codemod_paged_attention_v2"
-#: ``apply --tuning``: the planner passes the tuning table's bytes under this option name,
-#: and the table is shipped as ``TUNING_FILE`` in the kernel package
-TUNING_TABLE_OPTION = "tuning_table"
+#: ``apply --tuning``: the tuning table ships as ``TUNING_FILE`` in the kernel package
 TUNING_FILE = "tuning.json"
+#: What this transform copies into the tree: the kernel package, with its tuning table.
+KERNEL_BUNDLE = Bundle(directory=KERNEL_DIR, tuning_file=TUNING_FILE)
+#: The name the tuning code knew the table's option by (the table now travels in
+#: :attr:`TransformContext.tuning_table`); unused by the engine.
+TUNING_TABLE_OPTION = "tuning_table"
 
 FUNCTION = "paged_attention_v2"
 
@@ -83,7 +86,7 @@ def kernel_package_dir() -> Optional[Path]:
 def bundled_kernel_files() -> Dict[str, bytes]:
     """The files to ship beside the edit: ``_codemod_kernels/<name>.py`` -> bytes.
 
-    Paths are relative to the ``vllm`` package directory, as :attr:`Plan.added_files`
+    Paths are relative to the ``vllm`` package directory, as :attr:`Verdict.added_files`
     wants them.  Empty when the kernel package is not installed.  The engine may call
     this too (e.g. to report kernels in a tree that are out of date).
     """
@@ -332,14 +335,15 @@ class PagedAttentionV2(Transform):
     options = ()
     #: the engine parses only the top-level statements defining these (see base.py)
     anchors = (FUNCTION,)
+    bundle = KERNEL_BUNDLE
 
-    def plan(self, module: cst.Module, context: TransformContext) -> Plan:
+    def plan(self, module: cst.Module, context: TransformContext) -> Verdict:
         func = module_function(module, FUNCTION)
         if func is None:
             # Not NOT_APPLICABLE: paged_attn.py calls ops.paged_attention_v2 on its V2
             # path, so a tree without the function would break as soon as v2-dispatch
             # re-enables that path.  Refuse rather than ship a dispatch that crashes.
-            return Plan(
+            return Verdict(
                 Status.CONFLICT,
                 f"no module-level `def {FUNCTION}` found; the V2 decode path needs one",
             )
@@ -350,23 +354,21 @@ class PagedAttentionV2(Transform):
         if not ours and not is_stub:
             callee = _calls_a_kernel(func)
             if callee is not None:
-                return Plan(
+                return Verdict(
                     Status.NOT_APPLICABLE,
                     f"{FUNCTION} has a real body (calls {callee}); nothing to replace",
                 )
-            return Plan(
+            return Verdict(
                 Status.CONFLICT,
                 f"{FUNCTION} is neither a NotImplementedError stub nor a call into a "
                 "paged-attention kernel; refusing to guess what its body does",
             )
 
         kernel = kernel_signature()
-        files = bundled_kernel_files()
-        table = context.options.get(TUNING_TABLE_OPTION)
-        if files and table is not None:  # `apply --tuning`: the table ships with the kernels
-            files[f"{KERNEL_DIR}/{TUNING_FILE}"] = table
+        # `apply --tuning`: the table ships with the kernels
+        files = KERNEL_BUNDLE.with_tuning_table(bundled_kernel_files(), context)
         if kernel is None or not files:
-            return Plan(
+            return Verdict(
                 Status.CONFLICT,
                 f"the bundled kernels ({KERNEL_PACKAGE}, with signature.py) are not "
                 "installed with this vllm-codemod; reinstall the tool",
@@ -374,7 +376,7 @@ class PagedAttentionV2(Transform):
         try:
             forwarding = plan_forwarding(func.params, kernel, context.version)
         except Unforwardable as exc:
-            return Plan(Status.CONFLICT, f"{FUNCTION}: {exc}")
+            return Verdict(Status.CONFLICT, f"{FUNCTION}: {exc}")
 
         indent = (
             func.body.indent
@@ -383,7 +385,7 @@ class PagedAttentionV2(Transform):
         )
         new_body = _new_body(func, docstring, forwarding, indent)
         if ours and _same_code(stmts, list(new_body.body)[1 if docstring else 0 :]):
-            return Plan(
+            return Verdict(
                 Status.APPLIED,
                 f"{FUNCTION} already calls the bundled kernel ({forwarding.how})",
                 added_files=files,
@@ -399,4 +401,4 @@ class PagedAttentionV2(Transform):
             else f"{FUNCTION} calls the bundled kernel otherwise than its signature asks "
             f"({forwarding.how}); the call will be regenerated"
         )
-        return Plan(Status.PENDING, reason, module=new_module, added_files=files)
+        return Verdict(Status.PENDING, reason, module=new_module, added_files=files)

@@ -36,7 +36,7 @@ from ._cst_helpers import (
     walk_statements,
     with_marker,
 )
-from .base import Option, Plan, Status, Transform, TransformContext
+from .base import Option, Status, Transform, TransformContext, Verdict
 
 KEYWORD = "num_warps"
 #: Tile sizes worth showing an operator next to the warp count (never edited).
@@ -188,18 +188,20 @@ class PrefixPrefillWarps(Transform):
             choices=VALID_WARPS,
         ),
     )
+    #: ``apply --tuning FILE``: the table's measured prefix-prefill warps set this option
+    tuning_warps_option = "num_warps"
 
-    def plan(self, module: cst.Module, context: TransformContext) -> Plan:
+    def plan(self, module: cst.Module, context: TransformContext) -> Verdict:
         warps = int(context.option(self, "num_warps"))
         if warps not in VALID_WARPS:
-            return Plan(
+            return Verdict(
                 Status.CONFLICT,
                 f"--num-warps {warps}: Triton needs a power of two from 1 to 32",
             )
         plan = self._plan_edit(module, warps)
         if context.is_upstream and self.name not in context.explicitly_selected:
             found = plan.details.get("num_warps")
-            return Plan(
+            return Verdict(
                 Status.NOT_APPLICABLE,
                 "upstream tree (no fork markers found): "
                 + (f"`{found}` left as is" if found else "NUM_WARPS left as shipped")
@@ -208,7 +210,7 @@ class PrefixPrefillWarps(Transform):
             )
         return plan
 
-    def _plan_edit(self, module: cst.Module, warps: int) -> Plan:
+    def _plan_edit(self, module: cst.Module, warps: int) -> Verdict:
         """The plan as on a fork: set every launch's warp binding to ``warps``."""
         finder = _LaunchFinder()
         module.visit(finder)
@@ -221,7 +223,7 @@ class PrefixPrefillWarps(Transform):
             )
         by_name = [launch for launch in finder.launches if isinstance(launch.value, cst.Name)]
         if not by_name:
-            return Plan(
+            return Verdict(
                 Status.CONFLICT,
                 f"no kernel launch takes {KEYWORD} from a variable; unknown shape",
                 details=details,
@@ -233,7 +235,7 @@ class PrefixPrefillWarps(Transform):
             variable = launch.value.value
             found, problem = self._binding(module, launch.function, variable)
             if found is None:
-                return Plan(
+                return Verdict(
                     Status.CONFLICT,
                     f"{launch.kernel}: {KEYWORD}={variable}: {problem}",
                     details=details,
@@ -251,7 +253,7 @@ class PrefixPrefillWarps(Transform):
             if isinstance(value, cst.Integer) and int(value.evaluated_value) == warps:
                 continue
             if not _literal_choice(value):
-                return Plan(
+                return Verdict(
                     Status.CONFLICT,
                     f"`{code_of(stmt)}`: not an integer literal or a choice between them; "
                     "refusing to override a value computed at run time",
@@ -273,13 +275,13 @@ class PrefixPrefillWarps(Transform):
             edits[id(stmt)] = new
 
         if not edits:
-            return Plan(
+            return Verdict(
                 Status.APPLIED,
                 f"prefix-prefill launches already use {warps} warps",
                 details=details,
             )
         new_module = module.visit(_Replace(edits))
-        return Plan(
+        return Verdict(
             Status.PENDING,
             f"prefix-prefill launches use {' / '.join(old_values)}; setting {warps}",
             module=new_module,

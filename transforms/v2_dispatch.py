@@ -46,7 +46,7 @@ from ._cst_helpers import (
     walk_statements,
     with_marker,
 )
-from .base import Option, Plan, Status, Transform, TransformContext
+from .base import Option, Status, Transform, TransformContext, Verdict
 
 CLASS = "PagedAttention"
 METHOD = "forward_decode"
@@ -162,16 +162,16 @@ class V2Dispatch(Transform):
         ),
     )
 
-    def plan(self, module: cst.Module, context: TransformContext) -> Plan:
+    def plan(self, module: cst.Module, context: TransformContext) -> Verdict:
         threshold = int(context.option(self, "v2_threshold"))
         method = class_method(module, CLASS, METHOD)
         if method is None:
-            return Plan(
+            return Verdict(
                 Status.CONFLICT,
                 f"no {CLASS}.{METHOD} found; cannot tell how this fork picks V1 or V2",
             )
         if not isinstance(method.body, cst.IndentedBlock):
-            return Plan(Status.CONFLICT, f"{CLASS}.{METHOD} has a one-line body")
+            return Verdict(Status.CONFLICT, f"{CLASS}.{METHOD} has a one-line body")
         body = list(method.body.body)
 
         top_ids = {id(s) for s in body}
@@ -181,7 +181,7 @@ class V2Dispatch(Transform):
             if id(s) not in top_ids and isinstance(s, cst.SimpleStatementLine) and _assigns_flag(s)
         ]
         if nested:
-            return Plan(
+            return Verdict(
                 Status.CONFLICT,
                 f"{CLASS}.{METHOD} assigns {FLAG} inside a nested block "
                 f"(`{code_of(nested[0])}`); refusing to guess which assignment wins",
@@ -192,18 +192,18 @@ class V2Dispatch(Transform):
             if isinstance(s, cst.SimpleStatementLine) and _assigns_flag(s)
         ]
         if not top:
-            return Plan(
+            return Verdict(
                 Status.CONFLICT, f"{CLASS}.{METHOD} never assigns {FLAG}; unknown dispatch shape"
             )
         for i in top:
             value = _flag_value(body[i])
             if value is None:
-                return Plan(
+                return Verdict(
                     Status.CONFLICT,
                     f"{CLASS}.{METHOD}: `{code_of(body[i])}` is not a plain assignment to {FLAG}",
                 )
             if not is_name(value, "True") and heuristic_threshold(value) is None:
-                return Plan(
+                return Verdict(
                     Status.CONFLICT,
                     f"{CLASS}.{METHOD}: unknown shape `{code_of(body[i])}`; only "
                     f"`{FLAG} = True` and upstream's heuristic are understood",
@@ -214,7 +214,7 @@ class V2Dispatch(Transform):
         assert last_value is not None
         current = heuristic_threshold(last_value)
         if current == threshold:
-            return Plan(
+            return Verdict(
                 Status.APPLIED,
                 f"{METHOD} already uses the V1/V2 heuristic (V2 above {threshold} tokens)",
             )
@@ -231,7 +231,7 @@ class V2Dispatch(Transform):
         if max_len is None:
             missing.insert(0, " or ".join(MAX_LEN_NAMES))
         if heuristic_at is None and missing:
-            return Plan(
+            return Verdict(
                 Status.CONFLICT,
                 f"{CLASS}.{METHOD}: the heuristic needs {', '.join(missing)}, not bound "
                 f"before `{code_of(body[edit_at])}`; writing it would raise NameError",
@@ -248,7 +248,7 @@ class V2Dispatch(Transform):
             reason = f"the V1/V2 heuristic is overridden by `{FLAG} = True`; V2 is never used"
         else:
             reason = f"the V1/V2 heuristic uses threshold {current}; retuning to {threshold}"
-        return Plan(Status.PENDING, reason, module=new_module)
+        return Verdict(Status.PENDING, reason, module=new_module)
 
     @staticmethod
     def _bound_before(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Dict
 
 import click
@@ -44,6 +45,12 @@ Examples:
 @tree_options
 @selection_options
 @tuning_options
+@click.option(
+    "--discard-local-changes",
+    is_flag=True,
+    help="Overwrite hand edits of files the tool patched (the original saved first stays "
+    "the one `revert` restores).",
+)
 @reporting("apply")
 def apply(
     site_packages: Any,
@@ -54,6 +61,7 @@ def apply(
     force: bool,
     tuning: Any,
     drop_tuning: bool,
+    discard_local_changes: bool,
     **transform_options: Any,
 ) -> Report:
     """Patch the vLLM tree: every pending transform, all or nothing.
@@ -65,6 +73,7 @@ def apply(
 
     tree = open_tree(site_packages, vllm_root, python)
     options = with_tuning(plan_options(only, skip, force, transform_options), tuning, drop_tuning)
+    options = replace(options, discard_local_changes=discard_local_changes)
     report = Report("apply")
     with locked(tree):
         note_recovery(report, engine.recover(tree))

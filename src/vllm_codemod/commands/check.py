@@ -6,7 +6,6 @@ from typing import Any
 
 import click
 
-from ..drift import manifest_drift
 from ..report import Report
 from ._common import (
     describe_tree,
@@ -77,7 +76,7 @@ def check(
     plan = status.plan
     rows = [t.to_dict() for t in plan.transforms]
     statuses = {row["status"] for row in rows}
-    drift = manifest_drift(tree, plan.manifest_before)
+    drift = status.drift
     report = Report("check")
     note_check_recovery(report, tree, removed)
     note_debris(report, tree, debris)
@@ -87,7 +86,7 @@ def check(
         {
             "transforms": rows,
             "pending": plan.pending,
-            "options": dict(plan.options),
+            "options": plan.options.to_json(),
             "option_changes": [c.to_dict() for c in plan.option_changes],
             "recorded_options": dict(status.recorded_options),
             "patched": status.patched,

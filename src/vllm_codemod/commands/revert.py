@@ -21,7 +21,9 @@ Example:
 )
 @tree_options
 @click.option(
+    "--discard-local-changes",
     "--force",
+    "force",
     is_flag=True,
     help="Discard local changes: restore (or remove) files changed since the tool wrote them.",
 )

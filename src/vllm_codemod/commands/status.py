@@ -65,7 +65,6 @@ def status(site_packages: Any, vllm_root: Any, python: Any, force: bool) -> Repo
     from vllm_codemod.transforms.fork_markers import find_fork_markers
 
     from .. import engine
-    from ..drift import manifest_drift
 
     tree = open_tree(site_packages, vllm_root, python)
     with locked(tree):
@@ -75,7 +74,7 @@ def status(site_packages: Any, vllm_root: Any, python: Any, force: bool) -> Repo
     rows = [t.to_dict() for t in plan.transforms]
     markers = list(find_fork_markers(tree.root, plan.version))
     callers, scan = _scan(tree)
-    drift = manifest_drift(tree, plan.manifest_before)
+    drift = state.drift
     report = Report("status")
     note_debris(report, tree, debris)
     report.data.update(

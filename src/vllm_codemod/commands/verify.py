@@ -17,11 +17,13 @@ import click
 
 from ..errors import CodemodError
 from ..report import Report
-from ..transforms.paged_attention_v2 import KERNEL_DIR
+from ..transforms import bundle_directories
 from ._common import open_tree, tree_options
 from ._output import current_output, reporting
 
 PRIVATE_NAME = "_vllm_codemod_verify_kernels"
+#: the kernel package the transforms ship into the tree (every bundle is that one today)
+KERNEL_DIR = bundle_directories()[0]
 
 
 def load_tree_kernels(root: Path) -> Any:

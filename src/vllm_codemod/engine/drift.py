@@ -10,10 +10,11 @@ manifest alone: hashes, no parsing.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping
+from typing import Any, Dict, List
 
-from .discovery import VllmTree
-from .fsutil import sha256_file
+from ..discovery import VllmTree
+from ..fsutil import sha256_file
+from .records import Manifest
 
 
 @dataclass(frozen=True)
@@ -35,22 +36,22 @@ class Drift:
         return {"path": self.path, "state": self.state}
 
 
-def manifest_drift(tree: VllmTree, manifest: Mapping[str, Any]) -> List[Drift]:
+def manifest_drift(tree: VllmTree, manifest: Manifest) -> List[Drift]:
     """Every file the manifest records whose current bytes are not the ones we wrote."""
     found: List[Drift] = []
-    for rel, entry in sorted((manifest.get("files") or {}).items()):
+    for rel, entry in sorted(manifest.files.items()):
         current = sha256_file(tree.path(rel))
-        if current == entry.get("patched_sha256"):
+        if current == entry.patched_sha256:
             continue
         if current is None:
             found.append(Drift(rel, "missing"))
-        elif current == entry.get("original_sha256"):
+        elif current == entry.original_sha256:
             found.append(Drift(rel, "original"))
         else:
             found.append(Drift(rel, "edited"))
-    for rel, entry in sorted((manifest.get("added") or {}).items()):
+    for rel, entry in sorted(manifest.added.items()):
         current = sha256_file(tree.path(rel))
-        if current == entry.get("sha256"):
+        if current == entry.sha256:
             continue
         found.append(Drift(rel, "missing" if current is None else "edited"))
     return found

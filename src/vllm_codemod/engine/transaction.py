@@ -20,7 +20,6 @@ A journal is read as untrusted input, like the manifest: every path it names is 
 from __future__ import annotations
 
 import errno
-import json
 import os
 import shutil
 import tempfile
@@ -28,9 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Set
 
-from .discovery import VllmTree
-from .errors import EnvironmentProblem, ManifestError
-from .fsutil import (
+from ..discovery import VllmTree
+from ..errors import EnvironmentProblem, ManifestError
+from ..fsutil import (
     atomic_write,
     remove_dir_if_empty,
     remove_empty_dirs,
@@ -39,7 +38,9 @@ from .fsutil import (
     sha256_file,
     sweep_temp_files,
 )
-from .manifest import StateDir, check_tree_path, dump, validate
+from .journal import Journal, Step, step_source, step_target
+from .records import Manifest
+from .statedir import StateDir
 
 
 def bytecode_for(source: Path) -> List[Path]:
@@ -89,18 +90,18 @@ def replaceable_probe(path: Path) -> None:
         )
 
 
-def write_step(rel: str, source: str, data_sha256: str, mode: Optional[int]) -> Dict[str, Any]:
+def write_step(rel: str, source: str, data_sha256: str, mode: Optional[int]) -> Step:
     """Make ``rel`` (relative to the tree's base) hold ``source`` (relative to the state dir)."""
-    return {"kind": "write", "path": rel, "source": source, "sha256": data_sha256, "mode": mode}
+    return Step("write", rel, source, data_sha256, mode)
 
 
-def remove_step(rel: str) -> Dict[str, Any]:
-    return {"kind": "remove", "path": rel}
+def remove_step(rel: str) -> Step:
+    return Step("remove", rel)
 
 
-def rmdir_step(rel: str) -> Dict[str, Any]:
+def rmdir_step(rel: str) -> Step:
     """Remove the directory ``rel`` if it is empty (a directory we created); else keep it."""
-    return {"kind": "rmdir", "path": rel}
+    return Step("rmdir", rel)
 
 
 def stage(state: StateDir, area: str, rel: str, data: bytes) -> str:
@@ -110,9 +111,9 @@ def stage(state: StateDir, area: str, rel: str, data: bytes) -> str:
     return state.rel(path)
 
 
-def commit(state: StateDir, op: str, steps: List[Dict[str, Any]], manifest: Any) -> Dict[str, Any]:
-    journal = {"op": op, "steps": steps, "manifest": manifest}
-    atomic_write(state.journal_path, dump(journal))
+def commit(state: StateDir, op: str, steps: List[Step], manifest: Optional[Manifest]) -> Journal:
+    journal = Journal(op, steps, manifest)
+    atomic_write(state.journal_path, journal.dump())
     return journal
 
 
@@ -137,60 +138,7 @@ def check_state_dir(state: StateDir) -> None:
             )
 
 
-def _state_target(state: StateDir, rel: str, where: str) -> Path:
-    """A journal step's target: a tree path, or a saved original inside the state dir."""
-    prefix = state.tree.rel(state.path / "originals") + "/"
-    if isinstance(rel, str) and rel.startswith(prefix):
-        inner = rel[len(prefix) :]
-        check_tree_path(state.tree, inner, where, allow_record=True)
-        target = state.tree.path(rel)
-        real_state = os.path.realpath(state.path)
-        if not os.path.realpath(target).startswith(real_state + os.sep):
-            raise ManifestError(f"{where}: {rel!r} leaves the state directory; reinstall vllm")
-        return target
-    check_tree_path(state.tree, rel, where, allow_record=True)
-    return state.tree.path(rel)
-
-
-def _state_source(state: StateDir, source: Any, where: str) -> Path:
-    parts = source.split("/") if isinstance(source, str) else []
-    if (
-        not parts
-        or parts[0] not in ("staged", "originals")
-        or any(p in ("", ".", "..") for p in parts)
-    ):
-        raise ManifestError(f"{where}: bad source {source!r}; reinstall vllm")
-    path = state.path.joinpath(*parts)
-    if not os.path.realpath(path).startswith(os.path.realpath(state.path) + os.sep):
-        raise ManifestError(f"{where}: source {source!r} leaves the state directory")
-    return path
-
-
-def load_journal(state: StateDir) -> Dict[str, Any]:
-    where = str(state.journal_path)
-    try:
-        journal = json.loads(state.journal_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ManifestError(
-            f"{where}: unreadable journal ({exc}); an interrupted run cannot be finished "
-            "automatically; reinstall vllm and delete the .vllm-codemod directory"
-        ) from None
-    if not isinstance(journal, dict) or not isinstance(journal.get("steps"), list):
-        raise ManifestError(f"{where}: not a journal; reinstall vllm")
-    for step in journal["steps"]:
-        if not isinstance(step, dict) or step.get("kind") not in ("write", "remove", "rmdir"):
-            raise ManifestError(f"{where}: bad step {step!r}; reinstall vllm")
-        _state_target(state, step.get("path"), where)
-        if step["kind"] == "rmdir" and "/" not in step["path"]:
-            raise ManifestError(f"{where}: refusing to remove {step['path']!r}; reinstall vllm")
-        if step["kind"] == "write":
-            _state_source(state, step.get("source"), where)
-    if journal.get("manifest") is not None:
-        journal["manifest"] = validate(journal["manifest"], state.tree, where)
-    return journal
-
-
-def replay(state: StateDir, journal: Dict[str, Any]) -> List[str]:
+def replay(state: StateDir, journal: Journal) -> List[str]:
     """Carry out a committed journal; safe to repeat after a crash at any point.
 
     Returns the directories an ``rmdir`` step kept because something is in them
@@ -198,11 +146,11 @@ def replay(state: StateDir, journal: Dict[str, Any]) -> List[str]:
     """
     where = str(state.journal_path)
     kept: List[str] = []
-    for step in journal["steps"]:
-        target = _state_target(state, step["path"], where)
-        if step["kind"] == "write":
-            if sha256_file(target) != step["sha256"]:
-                source = _state_source(state, step["source"], where)
+    for step in journal.steps:
+        target = step_target(state, step.path, where)
+        if step.kind == "write":
+            if sha256_file(target) != step.sha256:
+                source = step_source(state, step.source, where)
                 try:
                     data = source.read_bytes()
                 except FileNotFoundError:
@@ -210,20 +158,20 @@ def replay(state: StateDir, journal: Dict[str, Any]) -> List[str]:
                         f"{source}: missing, needed to finish an interrupted run on "
                         f"{target}; reinstall vllm"
                     ) from None
-                if sha256_bytes(data) != step["sha256"]:
+                if sha256_bytes(data) != step.sha256:
                     raise ManifestError(f"{source}: damaged (hash differs); reinstall vllm")
-                atomic_write(target, data, step.get("mode"))
-        elif step["kind"] == "rmdir":
+                atomic_write(target, data, step.mode)
+        elif step.kind == "rmdir":
             if not remove_dir_if_empty(target):
-                kept.append(step["path"])
+                kept.append(step.path)
         else:
             remove_file(target)
-    if journal["manifest"] is None:
+    if journal.manifest is None:
         remove_file(state.manifest_path)
         remove_file(state.journal_path)
         _remove_state_dir(state)
         return kept
-    atomic_write(state.manifest_path, dump(journal["manifest"]))
+    atomic_write(state.manifest_path, journal.manifest.dump())
     shutil.rmtree(state.path / "staged", ignore_errors=True)
     remove_file(state.journal_path)
     return kept
@@ -268,24 +216,24 @@ def recover(
     if state.has_journal():
         if not finish or dry_run:
             return result
-        journal = load_journal(state)
-        for step in journal["steps"]:
-            dirs.add(tree.path(step["path"]).parent)
+        journal = Journal.load(state)
+        for step in journal.steps:
+            dirs.add(tree.path(step.path).parent)
         replay(state, journal)
-        result.finished = str(journal.get("op"))
-        manifest = journal["manifest"]
+        result.finished = journal.op
+        manifest = journal.manifest
     elif state.path.exists() and not state.has_manifest():
         if not dry_run:
             sweep_temp_files(_state_dirs(state))
             _remove_state_dir(state)
         result.removed.append(tree.rel(state.path) + "/")
-        manifest = None
+        manifest: Optional[Manifest] = None
     else:
         manifest = state.load_manifest() if state.path.exists() else None
         if manifest is not None:
             result.removed += _remove_unreferenced(state, manifest, dry_run)
     if manifest is not None:
-        for rel in list(manifest["files"]) + list(manifest["added"]) + list(manifest["bytecode"]):
+        for rel in manifest.touched_paths():
             dirs.add(tree.path(rel).parent)
     for directory in list(dirs):
         if directory.exists():
@@ -308,9 +256,7 @@ def _state_dirs(state: StateDir) -> List[Path]:
     return [Path(d) for d, _, _ in os.walk(state.path)]
 
 
-def _remove_unreferenced(
-    state: StateDir, manifest: Dict[str, Any], dry_run: bool = False
-) -> List[str]:
+def _remove_unreferenced(state: StateDir, manifest: Manifest, dry_run: bool = False) -> List[str]:
     """Staging and saved originals a finished manifest does not refer to are debris."""
     removed: List[str] = []
     staged = state.path / "staged"
@@ -319,7 +265,7 @@ def _remove_unreferenced(
             shutil.rmtree(staged)
         removed.append(state.tree.rel(staged) + "/")
     originals = state.path / "originals"
-    keep = {state.originals(rel) for rel in list(manifest["files"]) + list(manifest["bytecode"])}
+    keep = {state.originals(rel) for rel in manifest.saved_paths()}
     if originals.is_dir():
         for directory, _, files in os.walk(originals, topdown=False):
             for name in files:

@@ -1,7 +1,7 @@
 """Turn a tree plus a set of transforms into an in-memory change set.
 
 Nothing here writes: ``diff`` and ``check`` stop after planning, ``apply`` hands the
-result to :mod:`vllm_codemod.transaction`.  Each target is read and parsed once, and
+result to :mod:`.transaction`.  Each target is read and parsed once, and
 transforms that share a target see each other's output in registry order.
 """
 
@@ -15,19 +15,20 @@ from typing import Any, Collection, Dict, List, Mapping, Optional, Sequence, Tup
 import libcst as cst
 from packaging.version import Version
 
-from vllm_codemod.transforms.base import Plan, Status, Transform, TransformContext
-from vllm_codemod.transforms.fork_markers import find_fork_markers
-
-from .discovery import VllmTree
-from .errors import CodemodError, RefusalError, UserError
-from .excerpt import make_excerpt
-from .fsutil import sha256_bytes
-from .parse_errors import parse_error_position
-from .textcodec import TextForm, decode
+from ..discovery import VllmTree
+from ..errors import CodemodError, RefusalError, UserError
+from ..excerpt import make_excerpt
+from ..fsutil import sha256_bytes
+from ..parse_errors import parse_error_position
+from ..textcodec import TextForm, decode
+from ..transforms.base import Status, Transform, TransformContext, Verdict
+from ..transforms.fork_markers import find_fork_markers
 
 
 @dataclass
 class TransformResult:
+    """A transform's verdict on this tree, as the change set carries it."""
+
     transform: Transform
     target: str  # relative to the tree's base, e.g. "vllm/_custom_ops.py"
     status: Status
@@ -126,8 +127,8 @@ def _parse(path: Path, text: str, transform: Transform) -> cst.Module:
 
 def _plan_text(
     path: Path, text: str, transform: Transform, context: TransformContext
-) -> Tuple[Plan, Optional[str]]:
-    """Run one transform on ``text``; returns its plan and the new text when pending.
+) -> Tuple[Verdict, Optional[str]]:
+    """Run one transform on ``text``; returns its verdict and the new text when pending.
 
     Transforms that name anchors see only the top-level statements defining them
     (see :mod:`vllm_codemod.excerpt`); any edit an excerpt cannot carry back falls
@@ -141,16 +142,16 @@ def _plan_text(
         except cst.ParserSyntaxError:
             module = None
         if module is not None:
-            plan = transform.plan(module, context)
-            if plan.status is not Status.PENDING or plan.module is None:
-                return plan, None
-            new_text = excerpt.splice(module, plan.module)
+            verdict = transform.plan(module, context)
+            if verdict.status is not Status.PENDING or verdict.module is None:
+                return verdict, None
+            new_text = excerpt.splice(module, verdict.module)
             if new_text is not None:
-                return plan, new_text
-    plan = transform.plan(_parse(path, text, transform), context)
-    if plan.status is Status.PENDING and plan.module is not None:
-        return plan, plan.module.code
-    return plan, None
+                return verdict, new_text
+    verdict = transform.plan(_parse(path, text, transform), context)
+    if verdict.status is Status.PENDING and verdict.module is not None:
+        return verdict, verdict.module.code
+    return verdict, None
 
 
 def _compiles(path: Path, code: str, transform: Transform) -> None:
@@ -172,14 +173,20 @@ def build_change_set(
     previously_added: Mapping[str, Tuple[str, str]],
     registry: Sequence[Transform] = (),
     explicit: Collection[str] = (),
+    tuning_table: Optional[bytes] = None,
+    plan_from: Mapping[str, bytes] = {},
 ) -> ChangeSet:
-    """Plan every transform.
+    """Ask every transform for its verdict.
 
     ``previously_added`` is the manifest's record of shipped files (path -> (sha256,
     transform)); a file a transform shipped before but no longer ships is removed,
     unless someone changed it since.  ``registry`` holds every known transform, so a
     transform's ``requires`` can be checked even when the user left that one out.
-    ``explicit`` names the transforms the user asked for with ``--only``.
+    ``explicit`` names the transforms the user asked for with ``--only``;
+    ``tuning_table`` is the table ``apply --tuning`` ships (see :class:`Bundle`).
+    Transforms that ship the same file (a shared bundle) must agree on its bytes.
+    ``plan_from`` gives other bytes to plan a target from than the ones in the tree
+    (the saved original of a hand-edited file whose edit is to be discarded).
     """
     context = TransformContext(
         vllm_root=tree.root,
@@ -187,6 +194,7 @@ def build_change_set(
         options=dict(options),
         fork_markers=find_fork_markers(tree.root, version),
         explicitly_selected=frozenset(explicit),
+        tuning_table=tuning_table,
     )
     results: List[TransformResult] = []
     sources: Dict[str, bytes] = {}
@@ -194,7 +202,7 @@ def build_change_set(
     forms: Dict[str, TextForm] = {}
     touched_by: Dict[str, List[str]] = {}
     wanted_files: Dict[str, bytes] = {}
-    wanted_by: Dict[str, str] = {}
+    wanted_by: Dict[str, List[str]] = {}
 
     _refuse_missing_targets(tree, transforms)
     for transform in transforms:
@@ -202,21 +210,28 @@ def build_change_set(
         path = tree.path(rel)
         if rel not in texts:
             sources[rel] = _read_target(tree, rel, transform)
-            texts[rel], forms[rel] = _decode(path, sources[rel])
-        plan, new_text = _plan_text(path, texts[rel], transform, context)
-        result = TransformResult(transform, rel, plan.status, plan.reason, dict(plan.details))
+            texts[rel], forms[rel] = _decode(path, plan_from.get(rel, sources[rel]))
+        verdict, new_text = _plan_text(path, texts[rel], transform, context)
+        result = TransformResult(
+            transform, rel, verdict.status, verdict.reason, dict(verdict.details)
+        )
         results.append(result)
-        if plan.status is Status.PENDING:
+        if verdict.status is Status.PENDING:
             if new_text is None:
                 raise CodemodError(f"{path}: {transform.name} is pending but planned no edit")
             _compiles(path, new_text, transform)
             texts[rel] = new_text
             touched_by.setdefault(rel, []).append(transform.name)
-        if plan.status in (Status.PENDING, Status.APPLIED):
-            for added_rel, data in plan.added_files.items():
+        if verdict.status in (Status.PENDING, Status.APPLIED):
+            for added_rel, data in verdict.added_files.items():
                 full_rel = f"{tree.rel(tree.root)}/{added_rel}"
-                wanted_files[full_rel] = data
-                wanted_by[full_rel] = transform.name
+                if wanted_files.setdefault(full_rel, data) != data:
+                    raise CodemodError(
+                        f"{tree.path(full_rel)}: {wanted_by[full_rel][0]} and "
+                        f"{transform.name} ship different bytes for it; nothing was written; "
+                        "please report this"
+                    )
+                wanted_by.setdefault(full_rel, []).append(transform.name)
 
     _check_requirements(tree, results, registry, texts, context)
 
@@ -231,9 +246,9 @@ def build_change_set(
         current = _read_optional(_inside_tree(tree, rel))
         _refuse_unowned(tree, rel, current, previously_added)
         if current != data:
-            changes.append(FileChange(rel, current, data, [wanted_by[rel]], added=True))
-            stale_names.add(wanted_by[rel])
-    shipping = set(wanted_by.values())
+            changes.append(FileChange(rel, current, data, list(wanted_by[rel]), added=True))
+            stale_names.update(wanted_by[rel])
+    shipping = {name for names in wanted_by.values() for name in names}
     for rel, (digest, owner) in sorted(previously_added.items()):
         if rel in wanted_files or owner not in shipping:
             continue
