@@ -166,15 +166,7 @@ def layer_graph() -> Dict[str, Set[str]]:
         "vllm_codemod.",
         "vllm_codemod.transforms",
         "vllm_codemod.kernels",
-        pytest.param(
-            "benchmarks",
-            marks=pytest.mark.xfail(
-                strict=False,
-                reason="benchmarks' bench_paged_attention <-> host_floors cycle is fixed on "
-                "the kernels helper's branch (issue #24's kernels half); the lead removes "
-                "this xfail at merge",
-            ),
-        ),
+        "benchmarks",
     ],
 )
 def test_no_import_cycle(scope):
