@@ -174,8 +174,13 @@ def docker_context(destination: Path) -> Path:
 def test_the_context_builds_the_same_wheel_as_the_checkout(tmp_path):
     """A file the build needs but .dockerignore leaves out breaks only the image build."""
     context = docker_context(tmp_path / "context")
+    # The checkout as it is, copied: setuptools writes build/ into what it builds.
+    checkout = tmp_path / "checkout"
+    caches = ("__pycache__", ".pytest_cache", ".ruff_cache")
+    ignore = shutil.ignore_patterns(".git", "build", "dist", "*.egg-info", *caches)
+    shutil.copytree(REPO, checkout, ignore=ignore)
     wheels = {}
-    for name, source in (("context", context), ("checkout", REPO)):
+    for name, source in (("context", context), ("checkout", checkout)):
         out = tmp_path / f"wheel-{name}"
         subprocess.run(
             [
