@@ -211,3 +211,17 @@ def test_python_dash_m_is_the_console_script(fork):
     )
     assert usage.returncode == 0 and "Exit status:" in usage.stdout
     assert "Usage: vllm-codemod" in usage.stdout
+
+
+def test_0_bare_command_prints_its_help_as_help():
+    """Like pip: no command is a request for help, not a usage error."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "vllm_codemod"],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    assert proc.stdout.startswith("Usage: vllm-codemod [OPTIONS] COMMAND [ARGS]...")
+    assert "Commands:" in proc.stdout and "Exit status:" in proc.stdout
