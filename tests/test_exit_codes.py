@@ -225,3 +225,28 @@ def test_0_bare_command_prints_its_help_as_help():
     assert proc.stderr == ""
     assert proc.stdout.startswith("Usage: vllm-codemod [OPTIONS] COMMAND [ARGS]...")
     assert "Commands:" in proc.stdout and "Exit status:" in proc.stdout
+
+
+def test_2_a_bad_site_packages_names_where_the_value_came_from(fork, tmp_path):
+    """The option when it came from the command line, the variable when from the
+    environment: the user fixes the one that holds the value."""
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    given = one_line(run("check", "--site-packages", str(a_file)).output)
+    assert "--site-packages" in given or str(a_file) in given
+    assert "VLLM_CODEMOD_SITE_PACKAGES" not in given
+    from_env = run("check", env={"VLLM_CODEMOD_SITE_PACKAGES": str(a_file)})
+    assert from_env.exit_code == 2
+    assert one_line(from_env.output).startswith(
+        f"vllm-codemod: error: VLLM_CODEMOD_SITE_PACKAGES={a_file}: "
+    )
+    # A variable that another option overrides is not an error at all...
+    vllm_root = str(fork / "vllm")
+    env = {"VLLM_CODEMOD_SITE_PACKAGES": str(a_file)}
+    assert run("check", "--vllm-root", vllm_root, env=env).exit_code == 1  # pending
+    # ...nor part of a clash between two options (which names those two only).
+    both = run("check", "--vllm-root", vllm_root, "--python", sys.executable, env=env)
+    assert both.exit_code == 2
+    assert one_line(both.output).endswith(
+        "--vllm-root and --python each name the tree; pass only one"
+    )
