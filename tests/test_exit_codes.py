@@ -250,3 +250,16 @@ def test_2_a_bad_site_packages_names_where_the_value_came_from(fork, tmp_path):
     assert one_line(both.output).endswith(
         "--vllm-root and --python each name the tree; pass only one"
     )
+
+
+@pytest.mark.parametrize("code", [errno.EPERM, errno.EACCES])
+def test_2_permission_errors_name_the_file_and_what_to_do(tmp_path, code):
+    from vllm_codemod.errors import EnvironmentProblem
+
+    target = tmp_path / "vllm" / "_custom_ops.py"
+    message = str(EnvironmentProblem(target, PermissionError(code, os.strerror(code))))
+    assert message.startswith(f"{target}: {os.strerror(code)}; ")
+    assert "run as" in message  # the way on, not only the errno text
+    # A caller's own hint still wins.
+    hinted = EnvironmentProblem(target, PermissionError(code, os.strerror(code)), "do X")
+    assert str(hinted).endswith("; do X")
