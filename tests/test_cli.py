@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
+from typing import List
 
 import pytest
 from click.testing import CliRunner
@@ -349,12 +352,31 @@ def test_bad_option_value(fork):
     assert snapshot(fork) == before
 
 
+def _console_script() -> List[str]:
+    """The installed ``vllm-codemod`` entry point, run as this interpreter's environment
+    runs it, whether or not that environment's bin directory is on PATH (a venv's python
+    called without activating the venv)."""
+    scripts = [Path(sys.executable).parent, Path(sysconfig.get_path("scripts"))]
+    for directory in scripts:
+        if (directory / "vllm-codemod").is_file():
+            return [str(directory / "vllm-codemod")]
+    # No script file (e.g. a --user install): the entry point pip recorded, run the way
+    # the script would run it.
+    (entry,) = [
+        ep
+        for ep in importlib.metadata.distribution("vllm-codemod").entry_points
+        if ep.group == "console_scripts" and ep.name == "vllm-codemod"
+    ]
+    module, _, attr = entry.value.partition(":")
+    return [sys.executable, "-c", f"import sys; from {module} import {attr}; sys.exit({attr}())"]
+
+
 def test_console_script_as_a_user_runs_it(fork):
-    exe = shutil.which("vllm-codemod")
-    if exe is None:
-        pytest.skip("package not installed (pip install -e .)")
     proc = subprocess.run(
-        [exe, "diff", "--site-packages", str(fork)], capture_output=True, text=True
+        [*_console_script(), "diff", "--site-packages", str(fork)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PATH": os.defpath},  # found without PATH's help
     )
     assert proc.returncode == 1
     assert proc.stdout.startswith("diff --git a/vllm/")

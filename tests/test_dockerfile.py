@@ -174,8 +174,13 @@ def docker_context(destination: Path) -> Path:
 def test_the_context_builds_the_same_wheel_as_the_checkout(tmp_path):
     """A file the build needs but .dockerignore leaves out breaks only the image build."""
     context = docker_context(tmp_path / "context")
+    # The checkout as it is, copied: setuptools writes build/ into what it builds.
+    checkout = tmp_path / "checkout"
+    caches = ("__pycache__", ".pytest_cache", ".ruff_cache")
+    ignore = shutil.ignore_patterns(".git", "build", "dist", "*.egg-info", *caches)
+    shutil.copytree(REPO, checkout, ignore=ignore)
     wheels = {}
-    for name, source in (("context", context), ("checkout", REPO)):
+    for name, source in (("context", context), ("checkout", checkout)):
         out = tmp_path / f"wheel-{name}"
         subprocess.run(
             [
@@ -286,9 +291,13 @@ class Build:
             "/tmp/wheelhouse": str(self.wheelhouse),
             "/usr/local/share/vllm-codemod": str(self.record),
         }
+        # Every image path must have a stand-in here.  Checked on the image's script, not
+        # on the result: the stand-ins themselves may live under /tmp (a clone there).
+        for image_path in re.findall(r"/(?:tmp|usr)/[^\s\"';:]*", script):
+            mapped = any(image_path == k or image_path.startswith(k + "/") for k in mapping)
+            assert mapped, f"{image_path} unmapped in: {script}"
         for image_path, here in mapping.items():
             script = script.replace(image_path, here)
-        assert "/usr/" not in script and "/tmp/" not in script.replace(str(self.tmp), ""), script
         return script
 
     def run(self, build_args: Dict[str, str]) -> List[subprocess.CompletedProcess]:
@@ -386,3 +395,20 @@ def test_without_torch_in_the_image_verify_stops_the_build(tmp_path):
     steps = Build(tmp_path).run({})
     assert steps[-1].returncode == 2
     assert "needs torch" in steps[-1].stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("checkout", ["/tmp/clone", "/usr/src/vllm-codemod", "/home/u/src"])
+def test_image_paths_do_not_depend_on_where_the_checkout_lives(tmp_path, monkeypatch, checkout):
+    """A clone under /tmp (or /usr) must replay the same build as one anywhere else."""
+    monkeypatch.setattr(sys.modules[__name__], "REPO", Path(checkout))
+    build = Build(tmp_path, verify="stub")
+    scripts = [build.image_paths(s) for s in run_scripts(DOCKERFILE.read_text())]
+    assert any(checkout in s for s in scripts)
+
+
+def test_image_paths_refuse_an_image_path_that_has_no_local_stand_in(tmp_path):
+    build = Build(tmp_path, verify="stub")
+    with pytest.raises(AssertionError, match="/tmp/unmapped"):
+        build.image_paths("cp /tmp/vllm-codemod/x /tmp/unmapped/y")
+    with pytest.raises(AssertionError, match="/usr/lib/other"):
+        build.image_paths("cat /usr/lib/other")

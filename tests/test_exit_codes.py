@@ -211,3 +211,55 @@ def test_python_dash_m_is_the_console_script(fork):
     )
     assert usage.returncode == 0 and "Exit status:" in usage.stdout
     assert "Usage: vllm-codemod" in usage.stdout
+
+
+def test_0_bare_command_prints_its_help_as_help():
+    """Like pip: no command is a request for help, not a usage error."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "vllm_codemod"],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    assert proc.stdout.startswith("Usage: vllm-codemod [OPTIONS] COMMAND [ARGS]...")
+    assert "Commands:" in proc.stdout and "Exit status:" in proc.stdout
+
+
+def test_2_a_bad_site_packages_names_where_the_value_came_from(fork, tmp_path):
+    """The option when it came from the command line, the variable when from the
+    environment: the user fixes the one that holds the value."""
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    given = one_line(run("check", "--site-packages", str(a_file)).output)
+    assert "--site-packages" in given or str(a_file) in given
+    assert "VLLM_CODEMOD_SITE_PACKAGES" not in given
+    from_env = run("check", env={"VLLM_CODEMOD_SITE_PACKAGES": str(a_file)})
+    assert from_env.exit_code == 2
+    assert one_line(from_env.output).startswith(
+        f"vllm-codemod: error: VLLM_CODEMOD_SITE_PACKAGES={a_file}: "
+    )
+    # A variable that another option overrides is not an error at all...
+    vllm_root = str(fork / "vllm")
+    env = {"VLLM_CODEMOD_SITE_PACKAGES": str(a_file)}
+    assert run("check", "--vllm-root", vllm_root, env=env).exit_code == 1  # pending
+    # ...nor part of a clash between two options (which names those two only).
+    both = run("check", "--vllm-root", vllm_root, "--python", sys.executable, env=env)
+    assert both.exit_code == 2
+    assert one_line(both.output).endswith(
+        "--vllm-root and --python each name the tree; pass only one"
+    )
+
+
+@pytest.mark.parametrize("code", [errno.EPERM, errno.EACCES])
+def test_2_permission_errors_name_the_file_and_what_to_do(tmp_path, code):
+    from vllm_codemod.errors import EnvironmentProblem
+
+    target = tmp_path / "vllm" / "_custom_ops.py"
+    message = str(EnvironmentProblem(target, PermissionError(code, os.strerror(code))))
+    assert message.startswith(f"{target}: {os.strerror(code)}; ")
+    assert "run as" in message  # the way on, not only the errno text
+    # A caller's own hint still wins.
+    hinted = EnvironmentProblem(target, PermissionError(code, os.strerror(code)), "do X")
+    assert str(hinted).endswith("; do X")

@@ -133,20 +133,37 @@ def test_random_kills_during_tune_config(tmp_path):
     rng = random.Random(int(os.environ.get("VLLM_CODEMOD_KILL_SEED", "12")))
     config.write_bytes(old)
     args = ["tune-config", str(config)]
-    took = _duration(lambda: _in_child(args))
+    assert _cli(*args) == 0  # imports everything, as the recovery runs below will have
     new = config.read_bytes()
     assert new != old
+    config.write_bytes(old)
+    took = _duration(lambda: _in_child(args))
     runs = _runs(100)
     killed_mid_write = 0
+    # The write is a sliver at the end of a run, so a kill time drawn over the whole run
+    # almost never lands in it.  Track the instant the file flips from old to new (a kill
+    # before it leaves the old bytes, after it the new) and draw most kills just before it.
+    commit = took
     for _ in range(runs):
         config.write_bytes(old)
-        _in_child(args, kill_after=took * rng.uniform(0.3, 1.1))
+        near = rng.random() < 0.8
+        delay = commit * (rng.uniform(0.7, 1.05) if near else rng.uniform(0.3, 1.1))
+        killed = _in_child(args, kill_after=delay)
         assert config.read_bytes() in (old, new)
-        killed_mid_write += len(list(tmp_path.iterdir())) > 1
+        temp_left = len(list(tmp_path.iterdir())) > 1
+        killed_mid_write += temp_left
+        if killed and config.read_bytes() == old and not temp_left:
+            commit = max(commit, 0.8 * commit + 0.2 * delay * 1.1)  # killed too early
+        elif not killed or config.read_bytes() == new:
+            commit = min(commit, 0.8 * commit + 0.2 * delay * 0.9)  # too late
         assert _cli(*args) == 0  # the recovery run
         assert config.read_bytes() == new
         assert sorted(p.name for p in tmp_path.iterdir()) == ["run.yaml"]
     print(f"\nrandom kills: {killed_mid_write} of {runs} tune-config runs left a temp file")
+    # the kills must really land inside writes, or the test proves nothing
+    assert killed_mid_write >= max(1, runs // 25), (
+        f"only {killed_mid_write} of {runs} kills hit a write"
+    )
 
 
 def _strace_kill(args: List[str], n: int, cwd: Path) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import os
+import shutil
 import site
 import subprocess
 import sys
@@ -11,15 +12,44 @@ import sysconfig
 import tarfile
 import zipfile
 from pathlib import Path
-from typing import List
+from typing import Dict, List
 
 import pytest
 
 from treeutil import FIXTURES, REPO, snapshot
 
+_CACHES = ("__pycache__", ".pytest_cache", ".ruff_cache")
+
+
+def _checkout_files() -> Dict[str, int]:
+    """Every file of the checkout outside .git and caches, with its mtime: a build that
+    writes ``build/`` or refreshes an ``*.egg-info`` there shows up as a difference."""
+    files = {}
+    for root, dirs, names in os.walk(REPO):
+        dirs[:] = [d for d in dirs if d != ".git" and d not in _CACHES]
+        for name in names:
+            path = os.path.join(root, name)
+            files[os.path.relpath(path, REPO)] = os.lstat(path).st_mtime_ns
+    return files
+
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
+def checkout_before() -> Dict[str, int]:
+    return _checkout_files()
+
+
+@pytest.fixture(scope="module")
+def source(checkout_before, tmp_path_factory) -> Path:
+    """A copy of the checkout to build from: setuptools writes ``build/`` and
+    ``*.egg-info`` into the directory it builds, and the checkout is not ours to litter."""
+    copy = tmp_path_factory.mktemp("source") / "vllm-codemod"
+    ignore = shutil.ignore_patterns(".git", "build", "dist", "*.egg-info", *_CACHES)
+    shutil.copytree(REPO, copy, ignore=ignore)
+    return copy
+
+
+@pytest.fixture(scope="module")
+def wheel(source, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
     subprocess.run(
         [
@@ -32,7 +62,7 @@ def wheel(tmp_path_factory) -> Path:
             "-q",
             "-w",
             str(out),
-            str(REPO),
+            str(source),
         ],
         check=True,
         capture_output=True,
@@ -221,13 +251,13 @@ def test_wheel_in_a_fresh_venv_patches_and_reverts_the_embedded_fork(fresh_venv,
 
 
 @pytest.fixture(scope="module")
-def sdist(tmp_path_factory) -> Path:
+def sdist(source, tmp_path_factory) -> Path:
     pytest.importorskip("build")
     out = tmp_path_factory.mktemp("sdist")
     subprocess.run(
         # -x: setup.py copes with whichever setuptools this interpreter has.
         [sys.executable, "-m", "build", "--sdist", "--no-isolation", "-x", "-o", str(out), "."],
-        cwd=REPO,
+        cwd=source,
         check=True,
         capture_output=True,
     )
@@ -273,3 +303,7 @@ def test_license_metadata(wheel):
     assert any(n.endswith("licenses/LICENSE") or n.endswith(".dist-info/LICENSE") for n in names)
     assert "Requires-Python: >=3.8" in text
     assert "Programming Language :: Python :: 3.8" in text
+
+
+def test_building_leaves_the_checkout_as_it_was(checkout_before, wheel, sdist):
+    assert _checkout_files() == checkout_before

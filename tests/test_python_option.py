@@ -103,8 +103,7 @@ def test_verify_runs_under_that_interpreter_and_needs_its_torch(venv_with_vllm):
 
 
 def test_verify_with_the_serving_interpreters_torch(tmp_path):
-    pytest.importorskip("torch")
-    import sysconfig
+    torch = pytest.importorskip("torch")
 
     root = tmp_path / "serving"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
@@ -112,8 +111,10 @@ def test_verify_with_the_serving_interpreters_torch(tmp_path):
     site = _site_packages(python)
     for entry in (FIXTURES / "bi-v100" / "corex-0.4.3").iterdir():
         shutil.copytree(entry, site / entry.name)
-    # torch comes from the test environment, as a .pth line would bring it in.
-    (site / "zz_torch_from_tests.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    # torch comes from the test environment, as a .pth line would bring it in: the
+    # directory torch was imported from (a venv may see it through its base Python).
+    torch_site = Path(torch.__file__).resolve().parent.parent
+    (site / "zz_torch_from_tests.pth").write_text(f"{torch_site}\n")
     assert run("apply", "--python", str(python)).exit_code == 0
     result = run("verify", "--python", str(python), "--device", "cpu", "--json")
     assert result.exit_code == 0, result.output

@@ -81,3 +81,37 @@ def test_diff_help_examples_run_on_the_embedded_fork():
         proc = _bash(command)
         assert proc.returncode == 1, f"{command}: exit {proc.returncode}\n{proc.stderr}"
         assert "+++ b/vllm/_custom_ops.py" in proc.stdout
+
+
+#: Options every command (or every tree command) shares: the README's Usage section
+#: documents them once, above the per-command sections.
+SHARED = {"--help", "-h", "--json", "--quiet", "-q", "--verbose", "-v", "--color", "--no-color"}
+TREE = {"--site-packages", "--vllm-root", "--python"}
+
+
+def _readme_sections() -> Dict[str, str]:
+    text = (REPO / "README.md").read_text()
+    parts = re.split(r"^### `vllm-codemod ([a-z-]+)[^`]*`\n", text, flags=re.M)
+    return {parts[i]: parts[i + 1].split("\n## ", 1)[0] for i in range(1, len(parts), 2)}
+
+
+def test_every_option_of_every_command_is_in_its_readme_section():
+    import click
+
+    from vllm_codemod.cli import COMMANDS, cli
+
+    sections = _readme_sections()
+    usage = (REPO / "README.md").read_text().split("## Usage", 1)[1].split("### ", 1)[0]
+    ctx = click.Context(cli)
+    missing = []
+    for name in COMMANDS:
+        command = cli.get_command(ctx, name)
+        assert name in sections, f"no README section for {name}"
+        for param in command.params:
+            for flag in [*param.opts, *getattr(param, "secondary_opts", [])]:
+                if not flag.startswith("-"):
+                    continue
+                where = usage if flag in SHARED | TREE else sections[name]
+                if not re.search(re.escape(flag) + r"(?![a-z-])", where):
+                    missing.append(f"{name} {flag}")
+    assert missing == []

@@ -359,3 +359,16 @@ def test_module_entry_point_in_a_subprocess(tmp_path):
     proc = subprocess.run([*base, "--set", "bogus=1"], capture_output=True, text=True)
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "unknown key" in proc.stderr
+
+
+def test_defaults_only_raise_values_and_set_may_lower_them(tmp_path):
+    """The defaults are floors: a config already above them keeps its values.  A value
+    named with --set is what the user asked for and is written as given."""
+    config = tmp_path / "run.yaml"
+    high = b"max-num-batched-tokens: 32768\ngpu-memory-utilization: 0.98\n"
+    config.write_bytes(high)
+    assert run(str(config)).exit_code == 0
+    assert config.read_bytes() == high
+    result = run(str(config), "--set", "max-num-batched-tokens=8192")
+    assert result.exit_code == 0, result.output
+    assert config.read_bytes() == b"max-num-batched-tokens: 8192\ngpu-memory-utilization: 0.98\n"

@@ -44,11 +44,17 @@ def test_reference_with_one_new_token_is_decode_attention(alibi):
 
 
 def test_reference_is_causal_within_the_new_tokens():
+    # Token i sees exactly the new tokens 0..i: a value moved at token j moves the output
+    # of every token i >= j (a mask that keeps only the diagonal fails here) and of no
+    # token before it (a mask that lets tokens see ahead fails here).
     a = prefill._inputs(Shape(2, 2, 32, "float32"), [(1, 0, 5)], "cpu", seed=0)
-    first = prefill.reference_prefill(a)[0]
-    a["k"][1:] += 100.0  # later tokens must not change the first token's output
-    a["v"][1:] += 100.0
-    torch.testing.assert_close(prefill.reference_prefill(a)[0], first)
+    before = prefill.reference_prefill(a)
+    for j in range(5):
+        moved = dict(a, v=a["v"].clone())
+        moved["v"][j] += 100.0
+        after = prefill.reference_prefill(moved)
+        changed = [not torch.allclose(after[i], before[i]) for i in range(5)]
+        assert changed == [i >= j for i in range(5)], (j, changed)
 
 
 def _entry(default_us, times, default=4):

@@ -76,6 +76,14 @@ class ToolGroup(LazyGroup):
     them would go through.
     """
 
+    def parse_args(self, ctx: click.Context, args: List[str]) -> List[str]:
+        # Bare ``vllm-codemod`` asks for help, as bare ``pip`` does: print it on stdout
+        # and exit 0.  Click 8.2 turned this case into a usage error (exit 2).
+        if not args and not ctx.resilient_parsing:
+            click.echo(ctx.get_help(), color=ctx.color)
+            ctx.exit(0)
+        return super().parse_args(ctx, args)
+
     def main(  # type: ignore[override]
         self,
         args: Optional[Sequence[str]] = None,

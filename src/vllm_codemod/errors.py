@@ -67,4 +67,15 @@ class EnvironmentProblem(CodemodError):
             reason = str(error) if error is not None else "failed"
         self.reason = reason
         self.errno_name = errno_module.errorcode.get(self.errno or -1, "")
+        hint = hint or _PERMISSION_HINTS.get(self.errno or -1, "")
         super().__init__(f"{self.path}: {reason}" + (f"; {hint}" if hint else ""))
+
+
+#: The way on for a refusal that names no cause beyond its errno: EPERM is usually an
+#: immutable file (chattr +i) or one another user owns; EACCES missing write permission.
+_PERMISSION_HINTS = {
+    errno_module.EPERM: "the file or its directory is immutable (lsattr) or not yours "
+    "(ls -l); clear the flag or run as its owner or root",
+    errno_module.EACCES: "no write permission on the file or its directory; "
+    "run as its owner or root, or fix the permissions",
+}

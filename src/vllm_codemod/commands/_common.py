@@ -50,7 +50,10 @@ def tree_options(func: Callable[..., Any]) -> Callable[..., Any]:
     )(func)
     func = click.option(
         "--site-packages",
-        type=click.Path(path_type=Path, file_okay=False),
+        # Checked in open_tree, not by click: click's message names the variable even
+        # when the value came from the option, and fails on a variable that --vllm-root
+        # or --python overrides.
+        type=click.Path(path_type=Path),
         envvar=SITE_PACKAGES_ENV,
         show_envvar=True,
         help="Directory holding vllm/ and vllm-*.dist-info. Default: the vllm of this "
@@ -141,6 +144,10 @@ def open_tree(
     site_packages: Optional[Path], vllm_root: Optional[Path], python: Optional[Path] = None
 ) -> VllmTree:
     """The tree the user named; an error says which option or variable named it."""
+    if site_packages is not None and _from_environment("site_packages"):
+        if vllm_root is not None or python is not None:
+            # The variable is a default; an explicit option on the command line wins.
+            site_packages = None
     given = [
         flag
         for flag, value in (
@@ -151,11 +158,7 @@ def open_tree(
         if value is not None
     ]
     if len(given) > 1:
-        if _from_environment("site_packages") and len(given) == 2:
-            # The variable is a default; an explicit option on the command line wins.
-            site_packages = None
-        else:
-            raise UserError(f"{' and '.join(given)} each name the tree; pass only one")
+        raise UserError(f"{' and '.join(given)} each name the tree; pass only one")
     if python is not None:
         from ..interpreter import locate_for_interpreter
 

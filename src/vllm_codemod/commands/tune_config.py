@@ -17,6 +17,7 @@ from ..report import Report
 from ..tune_config import (
     TUNABLE,
     ConfigEdit,
+    canonical_key,
     parse_overrides,
     plan_edit,
     read_config,
@@ -137,8 +138,11 @@ def tune_config(file: Path, overrides: Tuple[str, ...], add: bool, dry_run: bool
     chunked prefill with a max-model-len above the new max-num-batched-tokens.
     """
     targets = parse_overrides(overrides)
+    named = {canonical_key(pair.split("=", 1)[0]) for pair in overrides}
     original = read_config(file)
-    result = plan_edit(original.text, str(file), targets, add=add)
+    # Defaults only raise a value; a value named with --set is written as given.
+    floors = [name for name in targets if name not in named]
+    result = plan_edit(original.text, str(file), targets, add=add, floors=floors)
     report = Report("tune-config")
     report.exit_code = 1 if dry_run and result.changed else 0
     report.data.update(_payload(file, result, dry_run))

@@ -10,7 +10,7 @@ change (spans from :mod:`.locate`).  Every other byte stays identical.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Collection, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import UserError
 from ..udiff import file_diff
@@ -111,8 +111,18 @@ def _top_level_spelling(documents: Sequence[Any], key: str) -> str:
     return key
 
 
-def plan_edit(text: str, filename: str, targets: Dict[str, Any], add: bool = False) -> ConfigEdit:
-    """Compute the new text; raise :class:`UserError` if vLLM could not start with it."""
+def plan_edit(
+    text: str,
+    filename: str,
+    targets: Dict[str, Any],
+    add: bool = False,
+    floors: Collection[str] = (),
+) -> ConfigEdit:
+    """Compute the new text; raise :class:`UserError` if vLLM could not start with it.
+
+    For keys in ``floors`` the target is a minimum (the built-in defaults: a config
+    already tuned higher knows its hardware better); other targets are written as given.
+    """
     documents = parse_documents(text, filename)
     occurrences = find_occurrences(text, documents)
     result = ConfigEdit(old_text=text, new_text=text)
@@ -121,6 +131,11 @@ def plan_edit(text: str, filename: str, targets: Dict[str, Any], add: bool = Fal
         if key is None or occ.span is None or occ.raw is None:
             continue
         same = _same_value(key, occ.raw, targets[occ.key])
+        if same is False and occ.key in floors:
+            try:
+                same = key.parse(occ.raw) > targets[occ.key]
+            except ValueError:
+                pass
         if same is None:
             result.skipped.append((occ, "not a literal value; left as written"))
         elif same:
