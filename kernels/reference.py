@@ -37,7 +37,7 @@ def gather_kv(
     vc = value_cache.cpu()
     # key_cache[b, h, d // x, t, d % x]; value_cache[b, h, d, t]
     k = kc[blocks, :, :, offsets, :]  # [L, kvh, D/x, x]
-    k = k.reshape(seq_len, kc.shape[1], -1).permute(1, 0, 2)
+    k = k.reshape(seq_len, kc.shape[1], kc.shape[2] * kc.shape[4]).permute(1, 0, 2)
     v = vc[blocks, :, :, offsets].permute(1, 0, 2)  # [kvh, L, D]
     return _dequant(k, fp8_dtype, k_scale), _dequant(v, fp8_dtype, v_scale)
 

@@ -1,0 +1,138 @@
+"""Host side of the prefix-prefill kernel: pick a launch config, size the grid, launch.
+
+The per-call path is short on purpose (prefill calls are milliseconds, but a chunked
+prefill of many small sequences calls it often): read shapes and strides, look up the
+config, launch.  Configs are (BLOCK_M, BLOCK_N, num_warps, num_stages).  The built-in
+defaults fit 48 KB of shared memory per program (the BI-V100's limit; estimated by
+:func:`shared_bytes`, checked by ``scripts/check_triton_compile.py``); a tuning file
+measured on the device by ``vllm-codemod tune`` may hold larger ones for its device
+(:func:`set_prefill_configs`).
+"""
+
+from __future__ import annotations
+
+from typing import Dict, NamedTuple, Optional, Tuple
+
+import torch
+import triton
+
+from .prefill_kernels import LOG2E, _prefix_prefill_kernel
+
+#: Shared memory per program every built-in config must fit (BI-V100: 48 KB per block).
+PORTABLE_SHARED_BYTES = 48 * 1024
+
+
+class PrefillConfig(NamedTuple):
+    block_m: int
+    block_n: int
+    num_warps: int
+    num_stages: int
+
+
+#: Built-in configs by padded head size, for 16-bit inputs: each fits 48 KB.
+DEFAULT_CONFIGS: Dict[int, PrefillConfig] = {
+    32: PrefillConfig(128, 64, 4, 2),
+    64: PrefillConfig(128, 64, 4, 2),
+    128: PrefillConfig(64, 64, 4, 1),
+    256: PrefillConfig(64, 32, 4, 1),
+}
+
+#: Configs a tuning file installed for this process: (padded head, element bytes) -> config.
+_tuned: Dict[Tuple[int, int], PrefillConfig] = {}
+
+
+def shared_bytes(config: PrefillConfig, d_pad: int, elem_bytes: int) -> int:
+    """Shared memory a config needs, estimated: Q once, K and V tiles per pipeline stage."""
+    q_tile = config.block_m * d_pad * elem_bytes
+    kv_tiles = 2 * config.block_n * d_pad * elem_bytes
+    return q_tile + max(config.num_stages, 1) * kv_tiles
+
+
+def set_prefill_configs(table: Optional[Dict[Tuple[int, int], PrefillConfig]]) -> None:
+    """Install (or with None, clear) the configs measured for this device."""
+    _tuned.clear()
+    if table:
+        _tuned.update(table)
+
+
+def pick_config(d_pad: int, elem_bytes: int) -> PrefillConfig:
+    """The tuned config for this head size and element width, else the built-in default."""
+    tuned = _tuned.get((d_pad, elem_bytes))
+    if tuned is not None:
+        return tuned
+    base = DEFAULT_CONFIGS[min(max(d_pad, 32), 256)]
+    if elem_bytes > 2:
+        # fp32 tiles are twice as large: halve BLOCK_M (and BLOCK_N at the widest heads)
+        block_n = base.block_n // 2 if d_pad >= 128 else base.block_n
+        return PrefillConfig(max(base.block_m // 2, 16), max(block_n, 16), base.num_warps, 1)
+    return base
+
+
+def prefix_prefill_triton(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    o: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    query_start: torch.Tensor,
+    seq_lens: torch.Tensor,
+    max_query_len: int,
+    sm_scale: float,
+    k_scale: Optional[torch.Tensor] = None,
+    v_scale: Optional[torch.Tensor] = None,
+    alibi_slopes: Optional[torch.Tensor] = None,
+    sliding_window: int = 0,
+    skip_decode: bool = False,
+    config: Optional[PrefillConfig] = None,
+) -> None:
+    """vLLM's ``context_attention_fwd`` on the GPU; writes ``o`` (see prefill_kernels).
+
+    Layouts: q/k/v/o ``[tokens, heads, head_size]``; k_cache ``[blocks, kv_heads,
+    head_size // x, page, x]``; v_cache ``[blocks, kv_heads, head_size, page]`` (fp8
+    caches already viewed as a float8 dtype); block_table ``[seqs, max_blocks]``;
+    query_start ``[seqs + 1]``; seq_lens ``[seqs]`` = cached + new tokens.
+    """
+    num_seqs = seq_lens.shape[0]
+    num_heads, head_size = q.shape[1], q.shape[2]
+    d_pad = max(triton.next_power_of_2(head_size), 16)
+    cfg = config or pick_config(d_pad, q.element_size())
+    if cfg.block_m % cfg.block_n:
+        raise ValueError(f"prefill config {tuple(cfg)}: BLOCK_M must be a multiple of BLOCK_N")
+    if min(q.stride(2), k.stride(2), v.stride(2), o.stride(2), k_cache.stride(4)) != 1:
+        raise ValueError("prefill: head dimension of q/k/v/o and x of k_cache must be contiguous")
+    fp8 = k_cache.element_size() == 1
+    num_m_tiles = triton.cdiv(max_query_len, cfg.block_m)
+    if num_m_tiles == 0 or num_seqs == 0:
+        return
+    window = sliding_window if sliding_window and sliding_window > 0 else 0
+    grid = (num_m_tiles, num_seqs, num_heads)
+    _prefix_prefill_kernel[grid](
+        q, k, v, o, k_cache, v_cache, block_table, query_start, seq_lens,
+        alibi_slopes if alibi_slopes is not None else q,
+        k_scale if fp8 else q, v_scale if fp8 else q,
+        sm_scale * LOG2E, window, num_m_tiles,
+        q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+        o.stride(0), o.stride(1),
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), k_cache.stride(3),
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), v_cache.stride(3),
+        block_table.stride(0),
+        GROUP=num_heads // k.shape[1], HEAD_SIZE=head_size, D_PAD=d_pad,
+        X=k_cache.shape[4], PAGE=v_cache.shape[3],
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+        FP8=fp8, ALIBI=alibi_slopes is not None, WINDOW=window > 0,
+        SKIP_DECODE=bool(skip_decode),
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )  # fmt: skip
+
+
+__all__ = [
+    "DEFAULT_CONFIGS",
+    "PORTABLE_SHARED_BYTES",
+    "PrefillConfig",
+    "pick_config",
+    "prefix_prefill_triton",
+    "set_prefill_configs",
+    "shared_bytes",
+]
