@@ -21,30 +21,19 @@ from typing import Any, Dict, Optional, Set, Tuple
 
 import torch
 
+from .prefill_signature import (
+    ORDER_0_4,
+    ORDER_0_7,
+    ORDER_0_10,
+    ORDER_0_11,
+    PARAMETERS,
+    REQUIRED,
+)
+
 logger = logging.getLogger(__name__)
 
 BACKEND_ENV = "VLLM_CODEMOD_PREFILL_BACKEND"
 _BACKENDS = ("auto", "triton", "torch", "tree")
-
-# Positional orders of vLLM's releases (0.5-0.6 is 0.7's without ``sm_scale``; 0.8-0.9
-# is 0.10.1's without ``sinks``).  Calls from the tree come by name; a fork's
-# ``*args`` wrapper passes positions, told apart by the argument types (below).
-_HEAD = ("q", "k", "v", "o")
-ORDER_0_4 = (*_HEAD, "k_cache", "v_cache", "b_loc", "b_start_loc", "b_seq_len", "b_ctx_len",
-             "max_input_len", "alibi_slopes", "sliding_window")  # fmt: skip
-ORDER_0_7 = (*_HEAD, "kv_cache_dtype", "k_cache", "v_cache", "b_loc", "b_start_loc",
-             "b_seq_len", "b_ctx_len", "max_input_len", "k_scale", "v_scale", "alibi_slopes",
-             "sliding_window", "sm_scale")  # fmt: skip
-ORDER_0_10 = (*_HEAD, "kv_cache_dtype", "k_cache", "v_cache", "b_loc", "b_start_loc",
-              "b_seq_len", "max_seq_len", "max_input_len", "k_scale", "v_scale",
-              "alibi_slopes", "sliding_window", "sm_scale", "skip_decode", "sinks")  # fmt: skip
-ORDER_0_11 = (*ORDER_0_10[:-1], "fp8_out_scale", "sinks")
-#: Every parameter name of every release: what the codemod may pass by name.
-PARAMETERS = frozenset(ORDER_0_4 + ORDER_0_7 + ORDER_0_11)
-REQUIRED = frozenset(
-    ("q", "k", "v", "o", "k_cache", "v_cache", "b_loc", "b_start_loc", "b_seq_len",
-     "max_input_len")
-)  # fmt: skip
 
 _FP8_NAMES = {"fp8": "float8_e4m3fn", "fp8_e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2"}
 _PLAIN_NAMES = frozenset(
@@ -72,9 +61,14 @@ def _decline(reason: str) -> str:
 
 
 def _positional_order(args: Tuple[Any, ...]) -> Tuple[str, ...]:
-    """The release order a positional call follows, told by the argument types."""
+    """The release order a positional call follows, told by the argument types.
+
+    The patched tree passes everything by name; positions come from a fork's ``*args``
+    wrapper.  Position 4 is a string from 0.5 on (``kv_cache_dtype``), position 10 a
+    tensor until 0.7 (``b_ctx_len``, then the integer ``max_seq_len``).
+    """
     if len(args) <= 4:
-        return _HEAD
+        return ORDER_0_4[:4]
     if not isinstance(args[4], str):  # 0.4.x: no kv_cache_dtype, k_cache comes fifth
         return ORDER_0_4
     if len(args) > 10 and isinstance(args[10], torch.Tensor):  # b_ctx_len, not max_seq_len

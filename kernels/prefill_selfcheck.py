@@ -171,9 +171,7 @@ def make_case(
     starts = [0]
     for n in new_lens:
         starts.append(starts[-1] + n)
-    key_cache = torch.randn(
-        num_blocks, num_kv_heads, head_size // x, block_size, x, generator=gen
-    )
+    key_cache = torch.randn(num_blocks, num_kv_heads, head_size // x, block_size, x, generator=gen)
     value_cache = torch.randn(num_blocks, num_kv_heads, head_size, block_size, generator=gen)
     k_scale = v_scale = 1.0
     if fp8 is not None:
@@ -243,7 +241,17 @@ def _cases(device: str, quick: bool):
             torch.float16,
             {},
         ),
-        ("prefill alibi MHA 4q h64 bs16", [100, 33], [40, 7], 4, 4, 64, 16, torch.float32, {"alibi": True}),
+        (
+            "prefill alibi MHA 4q h64 bs16",
+            [100, 33],
+            [40, 7],
+            4,
+            4,
+            64,
+            16,
+            torch.float32,
+            {"alibi": True},
+        ),
         (
             "prefill fp8 cache GQA 8q/4kv h128 bs16",
             [200, 77],
@@ -280,12 +288,8 @@ def run_prefill_selfcheck(
     from .prefill import context_attention_fwd_with_path
 
     results: List[Dict[str, object]] = []
-    for index, (label, ctx, new, nh, nkv, hs, bs, dtype, extra) in enumerate(
-        _cases(device, quick)
-    ):
-        case = make_case(
-            ctx, new, nh, nkv, hs, bs, dtype, device, seed=seed + index, **extra
-        )
+    for index, (label, ctx, new, nh, nkv, hs, bs, dtype, extra) in enumerate(_cases(device, quick)):
+        case = make_case(ctx, new, nh, nkv, hs, bs, dtype, device, seed=seed + index, **extra)
         if device.startswith("cuda"):
             torch.cuda.synchronize()
         t0 = time.perf_counter()
