@@ -43,7 +43,7 @@ _FLOATS = (torch.float16, torch.bfloat16, torch.float32)
 
 _logged: Set[str] = set()
 _triton_state: Dict[str, Any] = {"checked": False, "launch": None, "error": None}
-_triton_failed: Set[torch.dtype] = set()
+_triton_failed: Set[Tuple[torch.dtype, torch.dtype]] = set()  # (q, cache) dtypes
 _scale_tensors: Dict[Tuple[float, torch.device], torch.Tensor] = {}
 
 
@@ -299,8 +299,8 @@ def run(call: PrefillCall, choice: str = "auto") -> str:
     """Write ``call.o``; the path taken: "triton", "torch", or "tree" (declined)."""
     if choice == "torch":
         return _torch_path(call)
-    launch = _triton_launch()
     if choice == "triton":
+        launch = _triton_launch()
         if launch is None:
             raise RuntimeError(
                 f"{BACKEND_ENV}=triton but Triton is unusable here: {_triton_state['error']}"
@@ -308,22 +308,24 @@ def run(call: PrefillCall, choice: str = "auto") -> str:
         launch(**call.kwargs())
         return "triton"
     if not call.q.is_cuda:
-        return _torch_path(call)
+        return _torch_path(call)  # Triton is not even imported for CPU tensors
+    launch = _triton_launch()
     if launch is None:
         return _torch_path(call)  # the tree's kernel needs Triton too
-    if call.q.dtype in _triton_failed:
-        return _decline(f"the bundled Triton kernel failed earlier for {call.q.dtype}")
+    dtypes = (call.q.dtype, call.k_cache.dtype)
+    if dtypes in _triton_failed:
+        return _decline(f"the bundled Triton kernel failed earlier for {dtypes}")
     try:
         launch(**call.kwargs())
         return "triton"
     except ValueError as exc:  # a layout the launcher does not take (e.g. strided heads)
         return _decline(f"launcher refused the call: {exc}")
     except Exception as exc:  # compile or launch failure on this box
-        _triton_failed.add(call.q.dtype)
+        _triton_failed.add(dtypes)
         logger.warning(
-            "vllm-codemod prefix prefill: the bundled Triton kernel failed for %s (%s: %s); "
-            "the tree's own kernel runs these calls",
-            call.q.dtype,
+            "vllm-codemod prefix prefill: the bundled Triton kernel failed for %s queries "
+            "on %s caches (%s: %s); the tree's own kernel runs these calls",
+            *dtypes,
             type(exc).__name__,
             exc,
         )
