@@ -282,9 +282,12 @@ def _cases(device: str, quick: bool):
 
 
 def run_prefill_selfcheck(
-    device: str, quick: bool = True, seed: int = 0, progress: Optional[Callable[[], None]] = None
+    device: str, quick: bool = True, seed: int = 0, progress: Optional[Callable[[int], None]] = None
 ) -> List[Dict[str, object]]:
-    """Per case: {"shape", "path", "max_abs_err", "rel_err", "ok", "seconds"}, as decode's."""
+    """Per case: {"shape", "path", "max_abs_err", "rel_err", "ok", "seconds"}, as decode's.
+
+    ``progress(done)`` is called after each case.
+    """
     from .prefill import context_attention_fwd_with_path
 
     results: List[Dict[str, object]] = []
@@ -322,7 +325,7 @@ def run_prefill_selfcheck(
             entry["error"] = error
         results.append(entry)
         if progress is not None:
-            progress()
+            progress(len(results))
     return results
 
 

@@ -13,6 +13,7 @@ from typing import Callable, Dict, List, Optional
 import torch
 
 from .dispatch import paged_attention_v2_with_path
+from .prefill_selfcheck import case_count, run_prefill_selfcheck
 from .reference import reference_paged_attention
 from .signature import PARTITION_SIZE
 
@@ -108,6 +109,7 @@ def run_selfcheck(
     gen = torch.Generator().manual_seed(seed)
     results: List[Dict[str, object]] = []
     shapes = _shapes(device, quick)
+    total = len(shapes) + case_count(device, quick)  # decode shapes, then prefill cases
     for label, lens, nh, nkv, hs, bs, dtype, alibi in shapes:
         a = _case(lens, nh, nkv, hs, bs, dtype, device, gen, alibi=bool(alibi))
         if device.startswith("cuda"):
@@ -148,5 +150,9 @@ def run_selfcheck(
             entry["error"] = error
         results.append(entry)
         if progress is not None:
-            progress(len(results), len(shapes))
+            progress(len(results), total)
+    done = len(results)
+    results += run_prefill_selfcheck(
+        device, quick, seed, None if progress is None else lambda n: progress(done + n, total)
+    )
     return results

@@ -342,3 +342,30 @@ def test_sinks_fall_back_to_the_tree_kernel(patched_tree, fixture, caplog):
     _call(module.context_attention_fwd, plain, "0.8")
     assert launches == ["_fwd_kernel"]
     assert_matches(plain.o, plain.reference())
+
+
+# ---- verify ----------------------------------------------------------------------------
+
+
+def test_verify_runs_the_prefill_cases_and_catches_a_broken_copy(tmp_path):
+    import json
+
+    site = copy_fixture("bi-v100/corex-0.8.3", tmp_path)
+    runner = CliRunner()
+    assert runner.invoke(cli, ["apply", "--site-packages", str(site)]).exit_code == 0
+    args = ["verify", "--site-packages", str(site), "--device", "cpu", "--json"]
+    result = runner.invoke(cli, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    prefill_rows = [r for r in json.loads(result.output)["results"] if "prefill" in r["shape"]]
+    labels = " ".join(r["shape"] for r in prefill_rows)
+    for needle in ("batch", "alibi", "fp8", "GQA"):
+        assert needle in labels
+    assert {r["path"] for r in prefill_rows} == {"torch"}
+    assert all(r["ok"] for r in prefill_rows)
+
+    torch_path = site / "vllm" / "_codemod_kernels" / "prefill_torch.py"
+    torch_path.write_text(torch_path.read_text().replace("* sm_scale", "* sm_scale * 1.1"))
+    broken = runner.invoke(cli, args, catch_exceptions=False)
+    assert broken.exit_code == 2
+    rows = json.loads(broken.output)["results"]
+    assert {r["shape"] for r in rows if not r["ok"]} == {r["shape"] for r in prefill_rows}
