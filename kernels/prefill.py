@@ -105,9 +105,11 @@ def _fp8_view(kv_cache_dtype: Any, k_cache: torch.Tensor) -> Optional[torch.dtyp
     """The float8 dtype to read the caches as, or None for a 16/32-bit cache."""
     name = kv_cache_dtype if isinstance(kv_cache_dtype, str) else str(kv_cache_dtype)
     if name in _PLAIN_NAMES or name.lower() in _PLAIN_NAMES:
-        if k_cache.dtype == torch.uint8:
-            raise Declined("an 8-bit cache with kv_cache_dtype 'auto'")
-        return k_cache.dtype if k_cache.element_size() == 1 else None
+        if k_cache.element_size() != 1:
+            return None
+        if "float8" not in str(k_cache.dtype):  # uint8 storage needs the dtype string
+            raise Declined(f"a {k_cache.dtype} cache with kv_cache_dtype {name!r}")
+        return k_cache.dtype  # 0.11 may hand over caches already typed as float8
     attr = _FP8_NAMES.get(name.lower())
     if attr is None:
         raise Declined(f"kv_cache_dtype {name!r}")
@@ -173,6 +175,8 @@ def _check_layout(q, k, v, o, k_cache, v_cache, fp8: Optional[torch.dtype]) -> N
         raise Declined(f"q/k/v dtypes {q.dtype}/{k.dtype}/{v.dtype}")
     if fp8 is None and (k_cache.dtype != q.dtype or v_cache.dtype != q.dtype):
         raise Declined(f"{k_cache.dtype} caches with {q.dtype} queries")
+    if fp8 is not None and v_cache.element_size() != 1:
+        raise Declined(f"an 8-bit key cache with a {v_cache.dtype} value cache")
     device = q.device
     if any(t.device != device for t in (k, v, o, k_cache, v_cache)):
         raise Declined("tensors on different devices")

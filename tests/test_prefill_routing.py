@@ -134,7 +134,20 @@ def _sinks(case):
         (lambda c, a: a.update(sinks=_sinks(c)), "sinks given"),
         (lambda c, a: a.update(fp8_out_scale=torch.tensor(1.0)), "fp8_out_scale"),
         (lambda c, a: a.update(kv_cache_dtype="int8"), "kv_cache_dtype 'int8'"),
-        (lambda c, a: a.update(k_cache=c.k_cache.view(torch.uint8)[..., :8]), "8-bit cache"),
+        (
+            lambda c, a: a.update(k_cache=c.k_cache.view(torch.uint8)[..., :4]),
+            "torch.uint8 cache with kv_cache_dtype 'auto'",
+        ),
+        (
+            lambda c, a: a.update(k_cache=c.k_cache.view(torch.int8)[..., :4]),
+            "torch.int8 cache with kv_cache_dtype 'auto'",
+        ),
+        (
+            lambda c, a: a.update(
+                kv_cache_dtype="fp8", k_cache=c.k_cache.view(torch.uint8)[..., :4]
+            ),
+            "8-bit key cache with a torch.float32 value cache",
+        ),
         (lambda c, a: a.update(v_scale=torch.ones(2)), "per-channel"),
         (lambda c, a: a.update(bogus=1), "unknown argument(s) bogus"),
         (lambda c, a: a.pop("b_loc"), "missing argument(s) b_loc"),
@@ -147,6 +160,8 @@ def _sinks(case):
         "fp8-out",
         "int8-cache",
         "uint8-auto",
+        "int8-auto",
+        "fp8-key-only",
         "per-channel-scale",
         "unknown-kwarg",
         "missing",
