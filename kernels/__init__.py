@@ -18,11 +18,13 @@ __all__ = [
     "CANONICAL_PARAMETERS",
     "PARTITION_SIZE",
     "__version__",
+    "context_attention_fwd",
     "paged_attention_v2",
 ]
 
 
 _impl = None
+_prefill_impl = None
 
 
 def paged_attention_v2(*args, **kwargs):
@@ -36,3 +38,17 @@ def paged_attention_v2(*args, **kwargs):
 
         _impl = impl
     return _impl(*args, **kwargs)
+
+
+def context_attention_fwd(*args, **kwargs):
+    """vLLM's prefix-prefill ``context_attention_fwd`` (any 0.4.3 - 0.11.0 spelling).
+
+    Returns True once ``o`` is written, False when the call needs the tree's own kernel.
+    Thin wrapper: the implementation loads on first call (see ``prefill.py``).
+    """
+    global _prefill_impl
+    if _prefill_impl is None:
+        from .prefill import context_attention_fwd as impl
+
+        _prefill_impl = impl
+    return _prefill_impl(*args, **kwargs)

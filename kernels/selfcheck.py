@@ -14,6 +14,7 @@ import torch
 
 from .dispatch import paged_attention_v2_with_path
 from .paged_inputs import decode_case
+from .prefill_selfcheck import case_count, run_prefill_selfcheck
 from .reference import reference_for_args
 
 _TOL = {torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 2e-2}
@@ -62,6 +63,7 @@ def run_selfcheck(
     gen = torch.Generator().manual_seed(seed)
     results: List[Dict[str, object]] = []
     shapes = _shapes(device, quick)
+    total = len(shapes) + case_count(device, quick)  # decode shapes, then prefill cases
     for label, lens, nh, nkv, hs, bs, dtype, alibi in shapes:
         a = decode_case(lens, nh, nkv, hs, bs, dtype, device, gen, extra_partitions=1)
         if alibi:
@@ -96,5 +98,9 @@ def run_selfcheck(
             entry["error"] = error
         results.append(entry)
         if progress is not None:
-            progress(len(results), len(shapes))
+            progress(len(results), total)
+    done = len(results)
+    results += run_prefill_selfcheck(
+        device, quick, seed, None if progress is None else lambda n: progress(done + n, total)
+    )
     return results

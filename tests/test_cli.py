@@ -43,7 +43,12 @@ def test_version_and_help():
 def test_list_names_every_transform():
     result = run("list", "--json")
     names = [t["name"] for t in json.loads(result.output)["transforms"]]
-    assert names == ["paged-attention-v2", "v2-dispatch", "prefix-prefill-warps"]
+    assert names == [
+        "paged-attention-v2",
+        "v2-dispatch",
+        "prefix-prefill-warps",
+        "prefix-prefill-route",
+    ]
     assert "--num-warps" in run("list").output
 
 

@@ -10,10 +10,16 @@ from typing import Tuple
 
 from .base import Transform
 from .paged_attention_v2 import PagedAttentionV2
+from .prefix_prefill_route import PrefixPrefillRoute
 from .prefix_prefill_warps import PrefixPrefillWarps
 from .v2_dispatch import V2Dispatch
 
-ALL_TRANSFORMS: Tuple[Transform, ...] = (PagedAttentionV2(), V2Dispatch(), PrefixPrefillWarps())
+ALL_TRANSFORMS: Tuple[Transform, ...] = (
+    PagedAttentionV2(),
+    V2Dispatch(),
+    PrefixPrefillWarps(),
+    PrefixPrefillRoute(),
+)
 
 
 def bundle_directories() -> Tuple[str, ...]:

@@ -682,6 +682,24 @@ if triton.__version__ >= "2.1.0":
                               max_input_len,
                               alibi_slopes=None,
                               sliding_window=None):
+        # vllm-codemod: prefix-prefill-route: bundled prefix-prefill kernel first (vllm/_codemod_kernels); the body below runs what it declines
+        from vllm._codemod_kernels import context_attention_fwd as _codemod_context_attention_fwd
+        if _codemod_context_attention_fwd(
+            q=q,
+            k=k,
+            v=v,
+            o=o,
+            k_cache=k_cache,
+            v_cache=v_cache,
+            b_loc=b_loc,
+            b_start_loc=b_start_loc,
+            b_seq_len=b_seq_len,
+            b_ctx_len=b_ctx_len,
+            max_input_len=max_input_len,
+            alibi_slopes=alibi_slopes,
+            sliding_window=sliding_window,
+        ):
+            return
 
         cap = torch.cuda.get_device_capability()
         BLOCK = 128 if cap[0] >= 8 else 64

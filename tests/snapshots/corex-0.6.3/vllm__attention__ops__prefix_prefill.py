@@ -708,6 +708,27 @@ if triton.__version__ >= "2.1.0":
                               v_scale: float = 1.0,
                               alibi_slopes=None,
                               sliding_window=None):
+        # vllm-codemod: prefix-prefill-route: bundled prefix-prefill kernel first (vllm/_codemod_kernels); the body below runs what it declines
+        from vllm._codemod_kernels import context_attention_fwd as _codemod_context_attention_fwd
+        if _codemod_context_attention_fwd(
+            q=q,
+            k=k,
+            v=v,
+            o=o,
+            kv_cache_dtype=kv_cache_dtype,
+            k_cache=k_cache,
+            v_cache=v_cache,
+            b_loc=b_loc,
+            b_start_loc=b_start_loc,
+            b_seq_len=b_seq_len,
+            b_ctx_len=b_ctx_len,
+            max_input_len=max_input_len,
+            k_scale=k_scale,
+            v_scale=v_scale,
+            alibi_slopes=alibi_slopes,
+            sliding_window=sliding_window,
+        ):
+            return
 
         BLOCK = 128 if current_platform.has_device_capability(80) else 64
         # vllm-codemod: prefix-prefill-warps: was `8`; 4 warps (see docs/transforms.md)

@@ -736,6 +736,29 @@ if triton.__version__ >= "2.1.0":
                               sliding_window=None,
                               sm_scale=None,
                               skip_decode=False):
+        # vllm-codemod: prefix-prefill-route: bundled prefix-prefill kernel first (vllm/_codemod_kernels); the body below runs what it declines
+        from vllm._codemod_kernels import context_attention_fwd as _codemod_context_attention_fwd
+        if _codemod_context_attention_fwd(
+            q=q,
+            k=k,
+            v=v,
+            o=o,
+            kv_cache_dtype=kv_cache_dtype,
+            k_cache=k_cache,
+            v_cache=v_cache,
+            b_loc=b_loc,
+            b_start_loc=b_start_loc,
+            b_seq_len=b_seq_len,
+            max_seq_len=max_seq_len,
+            max_input_len=max_input_len,
+            k_scale=k_scale,
+            v_scale=v_scale,
+            alibi_slopes=alibi_slopes,
+            sliding_window=sliding_window,
+            sm_scale=sm_scale,
+            skip_decode=skip_decode,
+        ):
+            return
 
         q_dtype_is_f32 = q.dtype is torch.float32
         # need to reduce num. blocks when using fp32
