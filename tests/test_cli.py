@@ -327,7 +327,7 @@ def test_lock_held_by_another_run(fork):
         os.close(fd)
 
 
-def test_interrupted_run_blocks_read_only_commands_until_finished(fork):
+def test_interrupted_run_is_reported_by_read_only_commands_and_finished_by_apply(fork):
     run("apply", "--site-packages", str(fork))
     patched = snapshot(fork)
     state = fork / "vllm" / ".vllm-codemod"
@@ -342,7 +342,11 @@ def test_interrupted_run_blocks_read_only_commands_until_finished(fork):
     finally:
         reverting.replay = real
     assert (state / "journal.json").exists()
-    _assert_error(run("check", "--site-packages", str(fork)), "interrupted")
+    for command in ("check", "diff", "status"):  # read-only: report the state, exit 1
+        result = run(command, "--site-packages", str(fork))
+        assert result.exit_code == 1, (command, result.output)
+        assert "an interrupted revert; `vllm-codemod revert` finishes it" in result.output
+    assert (state / "journal.json").exists()
     result = run("apply", "--site-packages", str(fork))  # finishes the revert, then applies
     assert result.exit_code == 0
     assert "finished an interrupted revert" in result.output

@@ -32,7 +32,11 @@ INTERRUPTED = 130
 #: (status, meaning): rendered in README and in the top-level ``--help``.
 EXIT_CODES: List[Tuple[int, str]] = [
     (SUCCESS, "success / nothing pending"),
-    (CHANGES_PENDING, "check, diff (and tune-config --diff) only: changes pending"),
+    (
+        CHANGES_PENDING,
+        "check, diff (and tune-config --diff) only: changes pending; with status: an "
+        "interrupted run",
+    ),
     (USER_ERROR, "user error, bad input, refusal, conflict, environment problem"),
     (INTERNAL_ERROR, "internal error (a bug): one line + the path of a saved traceback"),
     (INTERRUPTED, "interrupted (Ctrl-C / SIGTERM): nothing half-written, lock released"),

@@ -225,3 +225,24 @@ def note_check_recovery(report: Report, tree: VllmTree, removed: Sequence[str]) 
     )
     for rel in removed:
         report.detail(f"  removed leftover {rel}", err=True)
+
+
+def interrupted_report(command: str, tree: VllmTree, op: str, **data: Any) -> Report:
+    """What a read-only command says about a tree with an unfinished run (a journal):
+    the state and the way on, on the exit status of a pending change; only ``apply``
+    and ``revert`` finish it.  ``data`` fills the command's own JSON keys."""
+    from ..engine import interrupted_text
+    from ..versions import read_version
+
+    try:
+        version = read_version(tree)[0]
+    except CodemodError:
+        version = None
+    report = Report(command)
+    report.exit_code = 1
+    report.data.update(tree_data(tree, version))
+    report.data.update(data)
+    report.data["interrupted"] = {"op": op}
+    report.say(describe_tree(tree, version))
+    report.say(f"  {interrupted_text(op)}")
+    return report

@@ -9,6 +9,7 @@ import click
 from ..report import Report
 from ._common import (
     describe_tree,
+    interrupted_report,
     locked,
     note_check_recovery,
     note_debris,
@@ -42,7 +43,8 @@ def transform_rows(report: Report, rows: Any, detail_only: bool = False) -> None
 @click.command(
     epilog="""\b
 Exit status: 0 all applied or not applicable, 1 something pending or a file differs
-from what the manifest says vllm-codemod wrote, 2 error or conflict.
+from what the manifest says vllm-codemod wrote, or an interrupted run that `apply` or
+`revert` will finish, 2 error or conflict.
 Without options, compares against the options the last apply used; -v adds them, when
 and by which version the tree was patched, and whether pip's RECORD knows our files
 (`vllm-codemod status` shows all that plus whether the patched code is reached).
@@ -68,6 +70,20 @@ def check(
 
     tree = open_tree(site_packages, vllm_root, python)
     with locked(tree):
+        op = engine.interrupted(tree)
+        if op is not None:
+            return interrupted_report(
+                "check",
+                tree,
+                op,
+                transforms=[],
+                pending=True,
+                options={},
+                recorded_options={},
+                patched=True,
+                record=None,
+                drift=[],
+            )
         # check cleans up as apply/revert do (docs/engine.md, guarantee 3), visibly;
         # debris it cannot remove (a read-only tree) is reported like diff does
         removed = engine.recover(tree, finish=False, best_effort=True).removed

@@ -8,6 +8,7 @@ import click
 
 from ..report import Report
 from ._common import (
+    interrupted_report,
     locked,
     note_debris,
     open_tree,
@@ -75,7 +76,8 @@ def colorize(text: str) -> str:
 
 @click.command(
     epilog="""\b
-Exit status: 0 nothing would change, 1 changes pending, 2 error or conflict.
+Exit status: 0 nothing would change, 1 changes pending (or an interrupted run that
+`apply` or `revert` will finish), 2 error or conflict.
 Colour on a terminal unless NO_COLOR is set or --no-color is given.
 Examples:
   vllm-codemod diff --site-packages vendor_fixtures/bi-v100/corex-0.8.3
@@ -102,6 +104,9 @@ def diff(
 
     tree = open_tree(site_packages, vllm_root, python)
     with locked(tree):
+        op = engine.interrupted(tree)
+        if op is not None:
+            return interrupted_report("diff", tree, op, pending=True, files=[])
         options = plan_options(only, skip, force, transform_options)
         plan = engine.plan(tree, with_tuning(options, tuning, drop_tuning))
         debris = engine.debris(tree)

@@ -14,7 +14,14 @@ from typing import Any, Dict, List, Tuple
 import click
 
 from ..report import Report
-from ._common import locked, note_debris, open_tree, plan_options, tree_options
+from ._common import (
+    interrupted_report,
+    locked,
+    note_debris,
+    open_tree,
+    plan_options,
+    tree_options,
+)
 from ._output import reporting
 from .check import transform_rows
 
@@ -46,7 +53,8 @@ def _options_text(options: Dict[str, Any]) -> str:
 
 @click.command(
     epilog="""\b
-Exit status: 0 (status only reports; use `check` to gate a build), 2 error.
+Exit status: 0 (status only reports; use `check` to gate a build), 1 an interrupted
+run that `apply` or `revert` will finish, 2 error.
 Examples:
   vllm-codemod status --site-packages /usr/local/lib/python3.10/site-packages
   vllm-codemod status --python /opt/venv/bin/python --json | jq .live
@@ -68,6 +76,22 @@ def status(site_packages: Any, vllm_root: Any, python: Any, force: bool) -> Repo
 
     tree = open_tree(site_packages, vllm_root, python)
     with locked(tree):
+        op = engine.interrupted(tree)
+        if op is not None:
+            return interrupted_report(
+                "status",
+                tree,
+                op,
+                site_packages=str(tree.base),
+                fork_markers=[],
+                transforms=[],
+                patched=True,
+                recorded_options={},
+                record=None,
+                callers=[],
+                live=False,
+                drift=[],
+            )
         state = engine.status(tree, plan_options((), (), force, {}))
         debris = engine.debris(tree)
     plan = state.plan

@@ -36,7 +36,7 @@ from .inspection import TreeStatus, status
 from .locking import DEFAULT_LOCK_TIMEOUT, LOCK_TIMEOUT_ENV, lock, lock_timeout
 from .options import OptionChange, PlanOptions
 from .planning import Plan, TransformState, all_transforms, change_action, plan
-from .recovery import debris, recover
+from .recovery import debris, interrupted, interrupted_text, recover
 from .reverting import RevertResult, revert
 
 __all__ = [
@@ -56,6 +56,8 @@ __all__ = [
     "change_action",
     "conflict_error",
     "debris",
+    "interrupted",
+    "interrupted_text",
     "lock",
     "lock_timeout",
     "manifest_drift",

@@ -13,7 +13,9 @@ from ..errors import EnvironmentProblem
 from ..record import find_record
 from ..transforms.base import Transform
 from . import transaction
+from .journal import Journal
 from .planning import all_transforms
+from .statedir import StateDir
 from .transaction import Recovery
 
 
@@ -51,3 +53,22 @@ def debris(tree: VllmTree, registry: Optional[Sequence[Transform]] = None) -> Li
     """Leftovers of an interrupted run that the next ``apply``/``revert`` would remove
     (paths relative to the tree's base, a directory with a trailing ``/``); reads only."""
     return recover(tree, finish=False, best_effort=True, registry=registry, dry_run=True).removed
+
+
+def interrupted(tree: VllmTree) -> Optional[str]:
+    """The operation (``"apply"`` or ``"revert"``) of a committed run that did not finish,
+    or None; reads only.  Read-only commands report it; ``apply``/``revert`` finish it."""
+    state = StateDir(tree)
+    if not state.has_journal():
+        return None
+    return Journal.load(state).op
+
+
+def interrupted_text(op: str) -> str:
+    """What an interrupted run means for the user, and the way on (one line)."""
+    if op == "revert":
+        return (
+            "an interrupted revert; `vllm-codemod revert` finishes it, `vllm-codemod apply` "
+            "finishes it and patches the tree again"
+        )
+    return f"an interrupted {op}; `vllm-codemod apply` finishes it, `vllm-codemod revert` undoes it"
