@@ -57,3 +57,59 @@ def test_an_interrupted_apply_is_reported_not_an_error(fork, command):
     assert document["exit_code"] == 1 and document["interrupted"] == {"op": "apply"}
     assert run("apply", "--site-packages", str(fork)).exit_code == 0
     assert run("check", "--site-packages", str(fork)).exit_code == 0
+
+
+def out_of_range(site: Path, version: str = "0.12.0+corex.5") -> None:
+    (metadata,) = site.glob("vllm-*.dist-info/METADATA")
+    text = metadata.read_text()
+    metadata.write_text(text.replace("Version: 0.8.3+corex.4.2.0", f"Version: {version}", 1))
+
+
+def test_apply_force_is_recorded_and_honoured_by_every_later_command(fork):
+    out_of_range(fork)
+    assert run("apply", "--site-packages", str(fork), "--force").exit_code == 0
+    manifest = json.loads((fork / "vllm/.vllm-codemod/manifest.json").read_text())
+    assert manifest["forced_version"] == "0.12.0+corex.5"
+    patched = snapshot(fork)
+    for command, code in (("check", 0), ("status", 0), ("diff", 0), ("apply", 0)):
+        result = run(command, "--site-packages", str(fork))
+        assert result.exit_code == code, (command, result.output)
+        assert "pass --force" not in result.output
+    assert (
+        "patched with `vllm-codemod apply --force`"
+        in run("check", "--site-packages", str(fork)).output
+    )
+    assert snapshot(fork) == patched
+    # the force belongs to that version: another unknown version is refused again
+    (metadata,) = fork.glob("vllm-*.dist-info/METADATA")
+    metadata.write_text(metadata.read_text().replace("0.12.0+corex.5", "0.13.0", 1))
+    result = run("check", "--site-packages", str(fork))
+    assert result.exit_code == 2
+    assert "pass --force to check it anyway (`vllm-codemod check --force`)" in result.output
+    assert "to apply" not in result.output
+
+
+@pytest.mark.parametrize(
+    "command, way_on",
+    [
+        ("check", "pass --force to check it anyway (`vllm-codemod check --force`)"),
+        ("diff", "pass --force to see what `vllm-codemod apply --force` would change"),
+        ("apply", "check `vllm-codemod diff --force` and pass --force to apply"),
+    ],
+)
+def test_the_version_gate_names_the_way_on_for_the_command_run(fork, command, way_on):
+    out_of_range(fork)
+    result = run(command, "--site-packages", str(fork))
+    assert result.exit_code == 2
+    assert way_on in result.output
+
+
+def test_status_reports_a_tree_outside_the_known_versions(fork):
+    out_of_range(fork)
+    result = run("status", "--site-packages", str(fork))
+    assert result.exit_code == 0, result.output
+    assert "0.12.0+corex.5" in result.output
+    assert "outside the versions this tool knows (0.4.3 to 0.11.0)" in result.output
+    assert "`vllm-codemod apply --force` patches it anyway" in result.output
+    document = json.loads(run("status", "--site-packages", str(fork), "--json").output)
+    assert document["exit_code"] == 0 and document["version"] == "0.12.0+corex.5"

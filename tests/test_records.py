@@ -83,3 +83,21 @@ def test_a_journal_step_outside_the_tree_is_refused(state):
     )
     with pytest.raises(ManifestError, match="bad source"):
         Journal.load(state)
+
+
+def test_a_forced_version_round_trips_and_is_absent_otherwise(state):
+    """``apply --force`` records the version it accepted; without it the key is absent,
+    so a manifest written without force keeps the bytes it had before."""
+    data = (DATA / "manifest.json").read_bytes()
+    state.manifest_path.write_bytes(data)
+    manifest = state.load_manifest()
+    assert manifest.forced_version is None and b"forced_version" not in data
+    manifest.forced_version = "0.12.0+corex.5"
+    dumped = manifest.dump()
+    assert b'"forced_version": "0.12.0+corex.5"' in dumped
+    state.manifest_path.write_bytes(dumped)
+    again = state.load_manifest()
+    assert again.forced_version == "0.12.0+corex.5" and again.dump() == dumped
+    state.manifest_path.write_text('{"format": 2, "forced_version": 12}')
+    with pytest.raises(ManifestError, match="bad forced_version"):
+        state.load_manifest()

@@ -86,18 +86,40 @@ def read_version(tree: VllmTree) -> Tuple[Optional[Version], str]:
     return None, ""
 
 
-def gate_version(tree: VllmTree, version: Optional[Version], force: bool) -> None:
-    """Refuse trees outside the range the transforms were written against, unless forced."""
-    if force:
-        return
+def version_gate(tree: VllmTree, version: Optional[Version]) -> Optional[str]:
+    """Why ``version`` needs ``--force`` (what, where), or None inside the known range."""
     if version is None:
-        raise CodemodError(
+        return (
             f"{tree.base}: cannot tell the vLLM version (no vllm-*.dist-info/METADATA, no "
-            "__version__ in vllm/_version.py or version.py); pass --force to patch anyway"
+            "__version__ in vllm/_version.py or version.py)"
         )
     release = Version(version.base_version)
     if not (OLDEST_KNOWN <= release <= NEWEST_KNOWN):
-        raise CodemodError(
+        return (
             f"{tree.root}: vLLM {version} is outside the versions this tool knows "
-            f"({KNOWN_RANGE_TEXT}); check `vllm-codemod diff --force` and pass --force to apply"
+            f"({KNOWN_RANGE_TEXT})"
         )
+    return None
+
+
+def force_hint(command: str) -> str:
+    """The way on past the version gate, for the command the user ran."""
+    if command == "apply":
+        return "check `vllm-codemod diff --force` and pass --force to apply"
+    if command == "diff":
+        return "pass --force to see what `vllm-codemod apply --force` would change"
+    return f"pass --force to {command} it anyway (`vllm-codemod {command} --force`)"
+
+
+def gate_version(
+    tree: VllmTree, version: Optional[Version], force: bool, command: str = "apply"
+) -> None:
+    """Refuse trees outside the range the transforms were written against, unless forced.
+
+    The message names the way on for ``command``, the command the user ran.
+    """
+    if force:
+        return
+    problem = version_gate(tree, version)
+    if problem is not None:
+        raise CodemodError(f"{problem}; {force_hint(command)}")

@@ -121,15 +121,44 @@ def selection_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def plan_options(
-    only: Tuple[str, ...], skip: Tuple[str, ...], force: bool, raw: Dict[str, Any]
+    only: Tuple[str, ...],
+    skip: Tuple[str, ...],
+    force: bool,
+    raw: Dict[str, Any],
+    command: str = "apply",
 ) -> Any:
-    """The engine's options from the command line (values not given stay unset)."""
+    """The engine's options from the command line (values not given stay unset);
+    ``command`` is the one the user ran, so messages name its way on."""
     from ..engine import PlanOptions
 
     values = {name: value for name, value in raw.items() if value is not None}
     return PlanOptions(
-        only=tuple(only), skip=tuple(skip), values=values, accept_unknown_version=force
+        only=tuple(only),
+        skip=tuple(skip),
+        values=values,
+        accept_unknown_version=force,
+        command=command,
     )
+
+
+def forced_version_note(plan: Any, force: bool) -> Optional[str]:
+    """A line saying that the tree's version is outside the known range and what let it
+    through (``--force`` now, or the ``apply --force`` the manifest records); None when the
+    version is known."""
+    if plan.version_problem is None:
+        return None
+    from ..versions import KNOWN_RANGE_TEXT
+
+    shown = plan.forced_version or "unknown"
+    recorded = plan.manifest_before.forced_version == plan.forced_version
+    why = (
+        "patched with `vllm-codemod apply --force`, recorded in the manifest"
+        if recorded and plan.manifest_before.patched
+        else "accepted by --force"
+        if force
+        else "`vllm-codemod apply --force` patches it anyway"
+    )
+    return f"vLLM {shown} is outside the versions this tool knows ({KNOWN_RANGE_TEXT}); {why}"
 
 
 def _from_environment(name: str) -> bool:

@@ -9,6 +9,7 @@ import click
 from ..report import Report
 from ._common import (
     describe_tree,
+    forced_version_note,
     interrupted_report,
     locked,
     note_check_recovery,
@@ -87,7 +88,9 @@ def check(
         # check cleans up as apply/revert do (docs/engine.md, guarantee 3), visibly;
         # debris it cannot remove (a read-only tree) is reported like diff does
         removed = engine.recover(tree, finish=False, best_effort=True).removed
-        status = engine.status(tree, plan_options(only, skip, force, transform_options))
+        status = engine.status(
+            tree, plan_options(only, skip, force, transform_options, command="check")
+        )
         debris = engine.debris(tree)
     plan = status.plan
     rows = [t.to_dict() for t in plan.transforms]
@@ -113,6 +116,10 @@ def check(
         }
     )
     report.say(describe_tree(tree, plan.version))
+    forced = forced_version_note(plan, force)
+    if forced is not None:
+        report.say(f"  {forced}")
+    report.data["forced_version"] = plan.forced_version
     transform_rows(report, rows)
     conflicts = [row["name"] for row in rows if row["status"] == "conflict"]
     if conflicts:

@@ -107,7 +107,7 @@ def diff(
         op = engine.interrupted(tree)
         if op is not None:
             return interrupted_report("diff", tree, op, pending=True, files=[])
-        options = plan_options(only, skip, force, transform_options)
+        options = plan_options(only, skip, force, transform_options, command="diff")
         plan = engine.plan(tree, with_tuning(options, tuning, drop_tuning))
         debris = engine.debris(tree)
     if plan.conflicts:

@@ -15,6 +15,7 @@ import click
 
 from ..report import Report
 from ._common import (
+    forced_version_note,
     interrupted_report,
     locked,
     note_debris,
@@ -64,7 +65,8 @@ Examples:
 @click.option(
     "--force",
     is_flag=True,
-    help="Accept a tree whose vLLM version is unknown or outside the known range.",
+    help="Accepted for compatibility: status reports a tree whose vLLM version is unknown or "
+    "outside the known range without it.",
 )
 @reporting("status")
 def status(site_packages: Any, vllm_root: Any, python: Any, force: bool) -> Report:
@@ -92,7 +94,8 @@ def status(site_packages: Any, vllm_root: Any, python: Any, force: bool) -> Repo
                 live=False,
                 drift=[],
             )
-        state = engine.status(tree, plan_options((), (), force, {}))
+        # read-only: a tree outside the known versions is reported, never refused
+        state = engine.status(tree, plan_options((), (), True, {}, command="status"))
         debris = engine.debris(tree)
     plan = state.plan
     rows = [t.to_dict() for t in plan.transforms]
@@ -107,6 +110,8 @@ def status(site_packages: Any, vllm_root: Any, python: Any, force: bool) -> Repo
             "site_packages": str(tree.base),
             "version": str(plan.version) if plan.version else None,
             "version_source": plan.version_source or None,
+            "version_problem": plan.version_problem,
+            "forced_version": plan.forced_version,
             "fork_markers": markers,
             "transforms": rows,
             "pending": plan.pending,
@@ -129,6 +134,9 @@ def status(site_packages: Any, vllm_root: Any, python: Any, force: bool) -> Repo
     version = plan.version or "unknown"
     source = f" (from {plan.version_source})" if plan.version_source else ""
     report.say(f"{_key('version')} {version}{source}")
+    forced = forced_version_note(plan, force)
+    if forced is not None:
+        report.say(f"{'':<10} {forced}")
     if markers:
         report.say(f"{_key('fork')} {markers[0]}")
         for marker in markers[1:]:

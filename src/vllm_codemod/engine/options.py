@@ -28,6 +28,8 @@ class PlanOptions:
     values: Dict[str, Any] = field(default_factory=dict)
     #: plan a tree whose vLLM version is unknown or outside the known range
     accept_unknown_version: bool = False
+    #: the command the user ran (``apply``, ``check``...): messages name its way on
+    command: str = "apply"
     #: ``apply --tuning FILE``: a tuning table to ship (None: keep the recorded one)
     tuning: Optional[Path] = None
     #: ``--no-tuning``: drop the recorded tuning table

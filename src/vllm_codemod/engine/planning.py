@@ -17,7 +17,7 @@ from packaging.version import Version
 from ..discovery import VllmTree
 from ..errors import CodemodError, ManifestError
 from ..transforms.base import Status, Transform
-from ..versions import gate_version, read_version
+from ..versions import force_hint, read_version, version_gate
 from .bookkeeping import bookkeeping, hand_edited
 from .changes import FileChange, build_change_set
 from .options import OptionChange, PlanOptions, resolve_selection, resolve_values
@@ -73,6 +73,11 @@ class Plan:
     hand_edited: List[str] = field(default_factory=list)
     #: ``apply --discard-local-changes``: planned from the originals of those files
     discard_local_changes: bool = False
+    #: why the version needs ``--force`` (None: inside the known range)
+    version_problem: Optional[str] = None
+    #: the version accepted past that gate (``--force`` now, or recorded by an
+    #: ``apply --force`` on this very version): the manifest keeps it
+    forced_version: Optional[str] = None
 
     @property
     def conflicts(self) -> List[TransformState]:
@@ -125,13 +130,12 @@ def plan(
     """
     options = options or PlanOptions()
     registry = list(all_transforms()) if registry is None else list(registry)
+    unreadable: Optional[CodemodError] = None
     try:
         version, version_source = read_version(tree)
-    except CodemodError:
-        if not options.accept_unknown_version:
-            raise
-        version, version_source = None, ""
-    gate_version(tree, version, options.accept_unknown_version)
+        problem = version_gate(tree, version)
+    except CodemodError as exc:
+        version, version_source, problem, unreadable = None, "", str(exc), exc
     state = StateDir(tree)
     if state.has_journal():
         raise ManifestError(
@@ -139,6 +143,15 @@ def plan(
             "or `vllm-codemod revert` to finish it"
         )
     manifest = state.load_manifest()
+    forced: Optional[str] = None
+    if problem is not None:
+        seen = str(version) if version is not None else "unknown"
+        if options.accept_unknown_version or manifest.forced_version == seen:
+            forced = seen
+        elif unreadable is not None:
+            raise unreadable
+        else:
+            raise CodemodError(f"{problem}; {force_hint(options.command)}")
     recorded = manifest.options
     chosen, only, skip = resolve_selection(options, recorded, registry)
     baked = choose_table(tree.root, options, recorded, chosen, registry)
@@ -168,6 +181,7 @@ def plan(
         has_tuning=True,
     )
     books = bookkeeping(change_set, manifest, after_options, edited_by_hand=set(edited))
+    books.manifest_after.forced_version = forced
     return Plan(
         tree=tree,
         version=change_set.version,
@@ -187,4 +201,6 @@ def plan(
         bytecode_to_remove=books.bytecode_to_remove,
         hand_edited=books.hand_edited,
         discard_local_changes=options.discard_local_changes,
+        version_problem=problem,
+        forced_version=forced,
     )

@@ -209,6 +209,10 @@ class Manifest:
     tool_version: Optional[str] = None
     vllm_version: Optional[str] = None
     patched_at: Optional[str] = None
+    #: ``apply --force`` on a vLLM version outside the known range: the version it
+    #: accepted (``"unknown"`` when none could be read); later runs on that very version
+    #: honour it.  Absent (None) otherwise, and in manifests written before.
+    forced_version: Optional[str] = None
     #: top-level keys this release does not know, kept as they were
     extra: Dict[str, Any] = field(default_factory=dict)
 
@@ -263,6 +267,8 @@ class Manifest:
             data["vllm_version"] = self.vllm_version
         if self.patched_at is not None:
             data["patched_at"] = self.patched_at
+        if self.forced_version is not None:
+            data["forced_version"] = self.forced_version
         return data
 
     @classmethod
@@ -279,6 +285,8 @@ class Manifest:
         files, added, bytecode = (_object(data, k, where) for k in ("files", "added", "bytecode"))
         options = _object(data, "options", where)
         record = data.get("record")
+        forced = data.get("forced_version")
+        _require(forced is None or isinstance(forced, str), where, f"bad forced_version {forced!r}")
         if record is not None:
             check_tree_path(tree, record, where, allow_record=True)
             _require(record in files, where, f"record {record!r} has no entry in 'files'")
@@ -288,11 +296,13 @@ class Manifest:
             tool_version=data.get("tool_version"),
             vllm_version=data.get("vllm_version"),
             patched_at=data.get("patched_at"),
+            forced_version=forced,
             extra={
                 k: v
                 for k, v in data.items()
                 if k not in ("format", "files", "added", "bytecode", "options", "record")
                 and k not in ("created_dirs", "tool_version", "vllm_version", "patched_at")
+                and k != "forced_version"
             },
         )
         for rel, entry in files.items():
