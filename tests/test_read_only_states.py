@@ -113,3 +113,31 @@ def test_status_reports_a_tree_outside_the_known_versions(fork):
     assert "`vllm-codemod apply --force` patches it anyway" in result.output
     document = json.loads(run("status", "--site-packages", str(fork), "--json").output)
     assert document["exit_code"] == 0 and document["version"] == "0.12.0+corex.5"
+
+
+KERNEL = Path("vllm/_codemod_kernels/dispatch.py")
+
+
+def test_a_hand_edited_bundled_kernel_is_drift_not_an_error(fork):
+    assert run("apply", "--site-packages", str(fork)).exit_code == 0
+    patched = (fork / KERNEL).read_bytes()
+    with (fork / KERNEL).open("a") as handle:
+        handle.write("# local tweak\n")
+    edited = snapshot(fork)
+    way_on = (
+        "vllm/_codemod_kernels/dispatch.py: changed since vllm-codemod added it; "
+        "`vllm-codemod apply --discard-local-changes` puts vllm-codemod's copy back"
+    )
+    result = run("check", "--site-packages", str(fork))
+    assert result.exit_code == 1, result.output  # as for drift in a patched file
+    assert way_on in result.output
+    result = run("status", "--site-packages", str(fork))
+    assert result.exit_code == 0, result.output
+    assert way_on in result.output
+    result = run("apply", "--site-packages", str(fork))
+    assert result.exit_code == 2
+    assert str(fork / KERNEL) in result.output and "--discard-local-changes" in result.output
+    assert snapshot(fork) == edited
+    assert run("apply", "--site-packages", str(fork), "--discard-local-changes").exit_code == 0
+    assert (fork / KERNEL).read_bytes() == patched
+    assert run("check", "--site-packages", str(fork)).exit_code == 0

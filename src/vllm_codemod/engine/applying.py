@@ -116,6 +116,14 @@ def apply(plan: Plan) -> ApplyResult:
         raise conflict_error(plan)
     if plan.hand_edited and not plan.discard_local_changes:
         raise hand_edit_error(plan)
+    if plan.edited_added and not plan.discard_local_changes:
+        paths = ", ".join(str(plan.tree.path(rel)) for rel in plan.edited_added)
+        raise RefusalError(
+            f"{paths}: changed since vllm-codemod added it; apply would overwrite that "
+            "change; nothing was changed; run `vllm-codemod apply --discard-local-changes` "
+            "to put vllm-codemod's copy back, or `vllm-codemod revert "
+            "--discard-local-changes` to remove it with the rest of the patch"
+        )
     tree = plan.tree
     state = StateDir(tree)
     result = ApplyResult(

@@ -53,6 +53,9 @@ class ChangeSet:
     version: Optional[Version]
     results: List[TransformResult]
     changes: List[FileChange]
+    #: files we added that were changed since (by hand): planned like any other
+    #: difference, so check reports it; apply refuses to overwrite them unless told to
+    edited_added: List[str] = field(default_factory=list)
 
     @property
     def conflicts(self) -> List[TransformResult]:
@@ -242,12 +245,17 @@ def build_change_set(
             changes.append(FileChange(rel, sources[rel], new, names))
 
     stale_names = set()
+    edited_added: List[str] = []
     for rel, data in sorted(wanted_files.items()):
         current = _read_optional(_inside_tree(tree, rel))
-        _refuse_unowned(tree, rel, current, previously_added)
+        if _edited_since_added(rel, current, previously_added):
+            edited_added.append(rel)
+        else:
+            _refuse_unowned(tree, rel, current, previously_added)
         if current != data:
             changes.append(FileChange(rel, current, data, list(wanted_by[rel]), added=True))
-            stale_names.update(wanted_by[rel])
+            if rel not in edited_added:
+                stale_names.update(wanted_by[rel])
     shipping = {name for names in wanted_by.values() for name in names}
     for rel, (digest, owner) in sorted(previously_added.items()):
         if rel in wanted_files or owner not in shipping:
@@ -262,7 +270,15 @@ def build_change_set(
             result.reason = (
                 "the bundled kernels in the tree differ from this tool's; apply updates them"
             )
-    return ChangeSet(tree, version, results, changes)
+    return ChangeSet(tree, version, results, changes, edited_added)
+
+
+def _edited_since_added(
+    rel: str, current: Optional[bytes], previously_added: Mapping[str, Tuple[str, str]]
+) -> bool:
+    """Whether ``rel`` is a file we added (the manifest says so) whose bytes changed since."""
+    recorded = previously_added.get(rel)
+    return recorded is not None and current is not None and recorded[0] != sha256_bytes(current)
 
 
 def _check_requirements(

@@ -21,10 +21,18 @@ from .records import Manifest
 class Drift:
     path: str  # relative to the tree's base, as in the manifest
     state: str  # "edited", "original", "missing"
+    #: a file vllm-codemod added (a bundled kernel), not one it rewrote
+    added: bool = False
 
     def describe(self) -> str:
         if self.state == "missing":
             return f"{self.path}: missing, though vllm-codemod wrote it"
+        if self.added:
+            return (
+                f"{self.path}: changed since vllm-codemod added it; `vllm-codemod apply "
+                "--discard-local-changes` puts vllm-codemod's copy back, `vllm-codemod revert "
+                "--discard-local-changes` removes it"
+            )
         if self.state == "original":
             return f"{self.path}: back to its original bytes (reinstalled?); apply patches it again"
         return (
@@ -53,5 +61,5 @@ def manifest_drift(tree: VllmTree, manifest: Manifest) -> List[Drift]:
         current = sha256_file(tree.path(rel))
         if current == entry.sha256:
             continue
-        found.append(Drift(rel, "missing" if current is None else "edited"))
+        found.append(Drift(rel, "missing" if current is None else "edited", added=True))
     return found

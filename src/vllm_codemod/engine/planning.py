@@ -73,6 +73,9 @@ class Plan:
     hand_edited: List[str] = field(default_factory=list)
     #: ``apply --discard-local-changes``: planned from the originals of those files
     discard_local_changes: bool = False
+    #: files we added (the bundled kernels) edited by hand since: apply refuses to
+    #: overwrite them unless ``--discard-local-changes``
+    edited_added: List[str] = field(default_factory=list)
     #: why the version needs ``--force`` (None: inside the known range)
     version_problem: Optional[str] = None
     #: the version accepted past that gate (``--force`` now, or recorded by an
@@ -201,6 +204,7 @@ def plan(
         bytecode_to_remove=books.bytecode_to_remove,
         hand_edited=books.hand_edited,
         discard_local_changes=options.discard_local_changes,
+        edited_added=list(change_set.edited_added),
         version_problem=problem,
         forced_version=forced,
     )
