@@ -50,6 +50,37 @@ def _owner_of(path: Path) -> Tuple[int, int]:
     return st.st_uid, st.st_gid
 
 
+def owner_kept(path: Path) -> Optional[Tuple[int, int]]:
+    """None when a replacement of ``path`` can keep its owner and group; else that
+    owner, which the OS will not let us give a new file (a non-root user patching
+    another user's file).  Asks the OS for real (``os.chown`` on a scratch file beside
+    ``path``, removed at once; a killed run leaves it for :func:`sweep_temp_files`)."""
+    target = Path(os.path.realpath(path))
+    try:
+        st = os.stat(target)
+    except FileNotFoundError:
+        return None
+    owner = (st.st_uid, st.st_gid)
+    if owner == (os.geteuid(), os.getegid()):
+        return None
+    probe = temp_path_for(target)
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    except OSError:
+        return None  # the writability probes report this directory
+    try:
+        os.close(fd)
+        os.chown(probe, *owner)
+    except PermissionError:
+        return owner
+    finally:
+        try:
+            os.unlink(probe)
+        except OSError:
+            pass
+    return None
+
+
 def _give_to(fd_or_path: object, owner: Tuple[int, int]) -> None:
     """Hand a file we created to ``owner``: always as root, else the group if we may.
 
@@ -65,6 +96,18 @@ def _give_to(fd_or_path: object, owner: Tuple[int, int]) -> None:
             chown(fd_or_path, -1, gid)  # type: ignore[arg-type]
     except PermissionError:
         pass
+
+
+def _keep_owner(tmp: Path, owner: Tuple[int, int]) -> None:
+    """Give the temp file that replaces a file that file's owner and group, so the
+    replace does not hand it to whoever runs the tool; where the OS refuses (checked
+    up front by :func:`owner_kept`, and allowed by the user), keep the group if we may."""
+    if owner == (os.geteuid(), os.getegid()):
+        return
+    try:
+        os.chown(tmp, *owner)
+    except PermissionError:
+        _give_to(str(tmp), (os.geteuid(), owner[1]))
 
 
 def make_dirs(directory: Path) -> None:
@@ -120,7 +163,7 @@ def atomic_write(path: Path, data: bytes, mode: Optional[int] = None) -> None:
             while view:
                 written = os.write(fd, view)
                 view = view[written:]
-            _give_to(fd, owner)  # before chmod: chown clears set-id bits
+            _keep_owner(tmp, owner)  # before chmod: chown clears set-id bits
             os.fchmod(fd, mode)
             os.fsync(fd)
         finally:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import click
 from packaging.version import Version
@@ -275,3 +275,31 @@ def interrupted_report(command: str, tree: VllmTree, op: str, **data: Any) -> Re
     report.say(describe_tree(tree, version))
     report.say(f"  {interrupted_text(op)}")
     return report
+
+
+def allow_owner_change_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    """``--allow-owner-change`` (apply, revert)."""
+    return click.option(
+        "--allow-owner-change",
+        is_flag=True,
+        help="Replace files owned by another user even where the OS will not let the "
+        "replacement keep that owner (it becomes yours). Without it such a run is refused "
+        "before anything is written.",
+    )(func)
+
+
+def read_only_notes(plan: Any) -> List[Tuple[str, str]]:
+    """(path, line) for each read-only file (no write bit) the plan replaces."""
+    import os
+
+    notes = []
+    for rel in plan.read_only:
+        mode = os.stat(plan.tree.path(rel)).st_mode & 0o7777
+        notes.append(
+            (
+                rel,
+                f"note: {rel} is read-only (mode {mode:04o}); it is replaced all the same "
+                "and keeps its mode",
+            )
+        )
+    return notes

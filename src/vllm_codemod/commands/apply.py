@@ -9,11 +9,13 @@ import click
 
 from ..report import Report
 from ._common import (
+    allow_owner_change_option,
     describe_tree,
     locked,
     note_recovery,
     open_tree,
     plan_options,
+    read_only_notes,
     selection_options,
     tree_data,
     tree_options,
@@ -51,6 +53,7 @@ Examples:
     help="Overwrite hand edits of files the tool patched (the original saved first stays "
     "the one `revert` restores).",
 )
+@allow_owner_change_option
 @reporting("apply")
 def apply(
     site_packages: Any,
@@ -62,6 +65,7 @@ def apply(
     tuning: Any,
     drop_tuning: bool,
     discard_local_changes: bool,
+    allow_owner_change: bool,
     **transform_options: Any,
 ) -> Report:
     """Patch the vLLM tree: every pending transform, all or nothing.
@@ -73,11 +77,16 @@ def apply(
 
     tree = open_tree(site_packages, vllm_root, python)
     options = with_tuning(plan_options(only, skip, force, transform_options), tuning, drop_tuning)
-    options = replace(options, discard_local_changes=discard_local_changes)
+    options = replace(
+        options,
+        discard_local_changes=discard_local_changes,
+        allow_owner_change=allow_owner_change,
+    )
     report = Report("apply")
     with locked(tree):
         note_recovery(report, engine.recover(tree))
         plan = engine.plan(tree, options)
+        read_only = read_only_notes(plan)
         result = engine.apply(plan)
     report.data.update(tree_data(tree, plan.version))
     report.data.update(result.to_dict())
@@ -97,6 +106,9 @@ def apply(
             report.say(line)
         else:
             report.detail(line)
+    report.data["read_only"] = [rel for rel, _ in read_only]
+    for _, note in read_only:
+        report.say(note)
     for change in result.option_changes:
         report.say(f"option changed: {change}")
     if result.changed:

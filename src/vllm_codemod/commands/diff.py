@@ -13,6 +13,7 @@ from ._common import (
     note_debris,
     open_tree,
     plan_options,
+    read_only_notes,
     selection_options,
     tree_data,
     tree_options,
@@ -120,6 +121,8 @@ def diff(
     report.data["files"] = diff_files(plan.changes)
     text = unified_diff(plan.changes)
     report.body = colorize(text) if text else None
+    for _, note in read_only_notes(plan):
+        report.warn(note.replace("it is replaced", "apply replaces it"))
     for change in report.data["files"]:
         report.detail(
             f"{change['action']:<6} {change['path']}: {len(change['hunks'])} hunk(s) "

@@ -7,7 +7,13 @@ from typing import Any
 import click
 
 from ..report import Report
-from ._common import locked, note_recovery, open_tree, tree_options
+from ._common import (
+    allow_owner_change_option,
+    locked,
+    note_recovery,
+    open_tree,
+    tree_options,
+)
 from ._output import reporting
 
 
@@ -27,8 +33,11 @@ Example:
     is_flag=True,
     help="Discard local changes: restore (or remove) files changed since the tool wrote them.",
 )
+@allow_owner_change_option
 @reporting("revert")
-def revert(site_packages: Any, vllm_root: Any, python: Any, force: bool) -> Report:
+def revert(
+    site_packages: Any, vllm_root: Any, python: Any, force: bool, allow_owner_change: bool
+) -> Report:
     """Restore every file the tool changed and remove every file it added."""
     from .. import engine
 
@@ -36,7 +45,9 @@ def revert(site_packages: Any, vllm_root: Any, python: Any, force: bool) -> Repo
     report = Report("revert")
     with locked(tree):
         note_recovery(report, engine.recover(tree))
-        result = engine.revert(tree, discard_local_changes=force)
+        result = engine.revert(
+            tree, discard_local_changes=force, allow_owner_change=allow_owner_change
+        )
     report.data.update(result.to_dict())
     report.data["wrote"] = result.wrote
     if result.restored:

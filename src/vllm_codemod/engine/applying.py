@@ -26,6 +26,7 @@ from .transaction import (
     check_state_dir,
     commit,
     discard_uncommitted,
+    owner_probe,
     remove_step,
     replaceable_probe,
     replay,
@@ -147,6 +148,7 @@ def apply(plan: Plan) -> ApplyResult:
             )
     check_state_dir(state)
     _probe(plan, state)
+    owner_probe(tree, [c.path for c in plan.changes if c.old is not None], plan.allow_owner_change)
     manifest = plan.manifest_after.copy()
     manifest.patched_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     try:

@@ -37,6 +37,8 @@ class PlanOptions:
     #: ``apply --discard-local-changes``: plan hand-edited patched files from their
     #: saved originals, so our output replaces the edit
     discard_local_changes: bool = False
+    #: ``--allow-owner-change``: replace files whose owner the OS will not let us keep
+    allow_owner_change: bool = False
 
 
 @dataclass

@@ -9,6 +9,7 @@ the :class:`Plan` to :mod:`.applying`.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -76,6 +77,8 @@ class Plan:
     #: files we added (the bundled kernels) edited by hand since: apply refuses to
     #: overwrite them unless ``--discard-local-changes``
     edited_added: List[str] = field(default_factory=list)
+    #: ``--allow-owner-change``: see :func:`.transaction.owner_probe`
+    allow_owner_change: bool = False
     #: why the version needs ``--force`` (None: inside the known range)
     version_problem: Optional[str] = None
     #: the version accepted past that gate (``--force`` now, or recorded by an
@@ -89,6 +92,12 @@ class Plan:
     @property
     def pending(self) -> bool:
         return bool(self.changes)
+
+    @property
+    def read_only(self) -> List[str]:
+        """Files this plan replaces that have no write permission bit (mode 0444, say):
+        replaced all the same (the directory allows it), mode kept, and said so."""
+        return [c.path for c in self.changes if c.old is not None and _read_only(self.tree, c.path)]
 
     @property
     def options_change(self) -> bool:
@@ -111,6 +120,13 @@ class Plan:
             "option_changes": [c.to_dict() for c in self.option_changes],
             "record": self.record,
         }
+
+
+def _read_only(tree: VllmTree, rel: str) -> bool:
+    try:
+        return not os.stat(tree.path(rel)).st_mode & 0o222
+    except OSError:
+        return False
 
 
 def change_action(change: FileChange) -> str:
@@ -205,6 +221,7 @@ def plan(
         hand_edited=books.hand_edited,
         discard_local_changes=options.discard_local_changes,
         edited_added=list(change_set.edited_added),
+        allow_owner_change=options.allow_owner_change,
         version_problem=problem,
         forced_version=forced,
     )

@@ -22,6 +22,7 @@ from .transaction import (
     bytecode_for,
     check_state_dir,
     commit,
+    owner_probe,
     remove_step,
     replaceable_probe,
     replay,
@@ -47,7 +48,9 @@ class RevertResult:
         }
 
 
-def revert(tree: VllmTree, discard_local_changes: bool = False) -> RevertResult:
+def revert(
+    tree: VllmTree, discard_local_changes: bool = False, allow_owner_change: bool = False
+) -> RevertResult:
     """Restore every file the tool changed and remove what it added.  Caller holds the lock.
 
     A file changed since we wrote it is refused (nothing written) unless
@@ -106,6 +109,11 @@ def revert(tree: VllmTree, discard_local_changes: bool = False) -> RevertResult:
         if sha256_file(source) == digest:
             steps.append(write_step(rel, state.rel(source), digest, None))
     steps += created_dir_steps(manifest)
+    owner_probe(
+        tree,
+        [s.path for s in steps if s.kind == "write" and os.path.lexists(tree.path(s.path))],
+        allow_owner_change,
+    )
     try:
         journal = commit(state, "revert", steps, None)
     except EnvironmentProblem as exc:

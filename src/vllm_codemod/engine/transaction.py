@@ -28,9 +28,10 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Set
 
 from ..discovery import VllmTree
-from ..errors import EnvironmentProblem, ManifestError
+from ..errors import EnvironmentProblem, ManifestError, RefusalError
 from ..fsutil import (
     atomic_write,
+    owner_kept,
     remove_dir_if_empty,
     remove_empty_dirs,
     remove_file,
@@ -87,6 +88,25 @@ def replaceable_probe(path: Path) -> None:
             errno=errno.EPERM,
             hint="cannot be replaced, even by root (immutable attribute or read-only mount?); "
             "nothing was changed",
+        )
+
+
+def owner_probe(tree: VllmTree, paths: Iterable[str], allow_owner_change: bool) -> None:
+    """Refuse, before anything is written, to replace a file whose owner the OS will
+    not let us keep (a non-root user patching another user's file would make it the
+    patcher's), unless the user allowed that."""
+    if allow_owner_change:
+        return
+    refused = []
+    for rel in paths:
+        owner = owner_kept(tree.path(rel))
+        if owner is not None:
+            refused.append(f"{tree.path(rel)} (uid {owner[0]}, gid {owner[1]})")
+    if refused:
+        raise RefusalError(
+            f"{', '.join(refused)}: the OS does not let uid {os.geteuid()} give a replaced "
+            "file its owner back, so it would become yours; nothing was changed; run as that "
+            "owner or as root, or pass --allow-owner-change to replace it anyway"
         )
 
 
