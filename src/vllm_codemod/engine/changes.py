@@ -10,9 +10,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Collection, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Collection, Dict, List, Mapping, Optional, Sequence, Tuple
 
-import libcst as cst
 from packaging.version import Version
 
 from ..discovery import VllmTree
@@ -23,6 +22,9 @@ from ..parse_errors import parse_error_position
 from ..textcodec import TextForm, decode
 from ..transforms.base import Status, Transform, TransformContext, Verdict
 from ..transforms.fork_markers import find_fork_markers
+
+if TYPE_CHECKING:
+    import libcst as cst
 
 
 @dataclass
@@ -115,6 +117,8 @@ def _decode(path: Path, data: bytes) -> Tuple[str, TextForm]:
 
 
 def _parse(path: Path, text: str, transform: Transform) -> cst.Module:
+    import libcst as cst
+
     try:
         return cst.parse_module(text)
     except cst.ParserSyntaxError as exc:
@@ -134,6 +138,8 @@ def _plan_text(
     (see :mod:`vllm_codemod.excerpt`); any edit an excerpt cannot carry back falls
     back to planning on the whole file.
     """
+    import libcst as cst  # here, not above: a cached verdict needs no parser
+
     anchors = getattr(transform, "anchors", ())
     excerpt = make_excerpt(text, anchors) if anchors else None
     if excerpt is not None:
