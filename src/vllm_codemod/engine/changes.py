@@ -22,6 +22,7 @@ from ..parse_errors import parse_error_position
 from ..textcodec import TextForm, decode
 from ..transforms.base import Status, Transform, TransformContext, Verdict
 from ..transforms.fork_markers import find_fork_markers
+from . import verdict_cache
 
 if TYPE_CHECKING:
     import libcst as cst
@@ -160,6 +161,18 @@ def _plan_text(
     return verdict, None
 
 
+def _plan_remembered(
+    tree: VllmTree, path: Path, text: str, transform: Transform, context: TransformContext
+) -> Tuple[Verdict, Optional[str]]:
+    """:func:`_plan_text`, or the verdict an earlier run stored (see :mod:`.verdict_cache`)."""
+    key, verdict = verdict_cache.lookup(tree, transform, text, context)
+    if verdict is not None:
+        return verdict, None
+    verdict, new_text = _plan_text(path, text, transform, context)
+    verdict_cache.store(key, transform, verdict)
+    return verdict, new_text
+
+
 def _compiles(path: Path, code: str, transform: Transform) -> None:
     try:
         compile(code, str(path), "exec", dont_inherit=True)
@@ -217,7 +230,7 @@ def build_change_set(
         if rel not in texts:
             sources[rel] = _read_target(tree, rel, transform)
             texts[rel], forms[rel] = _decode(path, plan_from.get(rel, sources[rel]))
-        verdict, new_text = _plan_text(path, texts[rel], transform, context)
+        verdict, new_text = _plan_remembered(tree, path, texts[rel], transform, context)
         result = TransformResult(
             transform, rel, verdict.status, verdict.reason, dict(verdict.details)
         )
