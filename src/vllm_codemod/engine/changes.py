@@ -7,6 +7,7 @@ transforms that share a target see each other's output in registry order.
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,8 @@ from . import verdict_cache
 
 if TYPE_CHECKING:
     import libcst as cst
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -149,12 +152,14 @@ def _plan_text(
         except cst.ParserSyntaxError:
             module = None
         if module is not None:
+            log.debug("%s: parsed %d statement(s) of %s", transform.name, len(module.body), path)
             verdict = transform.plan(module, context)
             if verdict.status is not Status.PENDING or verdict.module is None:
                 return verdict, None
             new_text = excerpt.splice(module, verdict.module)
             if new_text is not None:
                 return verdict, new_text
+    log.debug("%s: parsing all of %s", transform.name, path)
     verdict = transform.plan(_parse(path, text, transform), context)
     if verdict.status is Status.PENDING and verdict.module is not None:
         return verdict, verdict.module.code
@@ -168,6 +173,7 @@ def _plan_remembered(
     key, verdict = verdict_cache.lookup(tree, transform, text, context)
     if verdict is not None:
         return verdict, None
+    log.debug("%s: planning on %s", transform.name, path)
     verdict, new_text = _plan_text(path, text, transform, context)
     verdict_cache.store(key, transform, verdict)
     return verdict, new_text
@@ -234,6 +240,7 @@ def build_change_set(
         result = TransformResult(
             transform, rel, verdict.status, verdict.reason, dict(verdict.details)
         )
+        log.info("%s: %s: %s (%s)", transform.name, rel, verdict.status.value, verdict.reason)
         results.append(result)
         if verdict.status is Status.PENDING:
             if new_text is None:
@@ -265,6 +272,7 @@ def build_change_set(
         current = _read_optional(_inside_tree(tree, rel))
         _refuse_unowned(tree, rel, current, previously_added)
         if current != data:
+            log.debug("%s: to %s", rel, "add" if current is None else "update")
             changes.append(FileChange(rel, current, data, list(wanted_by[rel]), added=True))
             stale_names.update(wanted_by[rel])
     shipping = {name for names in wanted_by.values() for name in names}
@@ -312,6 +320,12 @@ def _check_requirements(
                     continue
             probe, _ = _plan_text(path, texts[rel], required, context)
             if probe.status in (Status.PENDING, Status.CONFLICT):
+                log.info(
+                    "%s: conflict: needs %s, which is %s",
+                    result.transform.name,
+                    name,
+                    probe.status.value,
+                )
                 result.status = Status.CONFLICT
                 result.reason = (
                     f"needs {name} ({probe.status.value}: {probe.reason}); "
