@@ -9,6 +9,7 @@ what a fresh interpreter has imported after a full ``check``, not a timing test.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -75,3 +76,31 @@ def test_help_of_the_cli_and_of_tune_imports_no_torch():
         assert proc.returncode == 0, proc.stdout + proc.stderr
         result = json.loads(proc.stdout.splitlines()[-1])
         assert result == {"code": 0, "torch": []}, (args, proc.stdout)
+
+
+def test_check_of_a_clean_patched_tree_imports_no_libcst(tmp_path):
+    # A container-start `check` on a tree as `apply` left it: every verdict comes from
+    # the verdict cache (the first check after apply fills it), so nothing is parsed
+    # and libcst, ~0.12 s of CPU, is never imported.
+    site = copy_fixture(FORK, tmp_path)
+    env = {**os.environ, "VLLM_CODEMOD_CACHE_DIR": str(tmp_path / "cache")}
+    cli = [sys.executable, "-m", "vllm_codemod"]
+    subprocess.run([*cli, "apply", "-q", "--site-packages", str(site)], env=env, check=True)
+    first = subprocess.run(
+        [*cli, "check", "--json", "--site-packages", str(site)], env=env, capture_output=True
+    )
+    assert first.returncode == 0, first.stdout + first.stderr
+    proc = subprocess.run(
+        [sys.executable, "-c", _SCRIPT, str(site), json.dumps(["libcst"])],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    result = json.loads(proc.stdout.splitlines()[-1])
+    assert result["code"] == 0, proc.stdout + proc.stderr
+    assert result["libcst"] is False, proc.stdout
+    assert result["loaded"] == [], proc.stdout
+    again = subprocess.run(
+        [*cli, "check", "--json", "--site-packages", str(site)], env=env, capture_output=True
+    )
+    assert again.stdout == first.stdout  # the same report, parsed or remembered

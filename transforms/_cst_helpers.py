@@ -7,18 +7,21 @@ fork that ran a formatter.
 
 from __future__ import annotations
 
-from typing import Callable, Iterator, List, Optional, Sequence, Set, Union
-
-import libcst as cst
+import functools
+from typing import TYPE_CHECKING, Any, Callable, Iterator, List, Optional, Sequence, Set, Union
 
 from .base import MARKER
+
+if TYPE_CHECKING:
+    import libcst as cst
+else:
+    from ._lazy_cst import cst
 
 #: The prefix every marker comment starts with, e.g. ``# vllm-codemod: v2-dispatch: ...``.
 MARKER_PREFIX = f"# {MARKER}:"
 
-_EMPTY_MODULE = cst.Module(body=[])
 
-Body = Union[cst.IndentedBlock, cst.SimpleStatementSuite]
+Body = Union["cst.IndentedBlock", "cst.SimpleStatementSuite"]
 
 
 def is_name(node: object, value: Optional[str] = None) -> bool:
@@ -37,16 +40,27 @@ def assigns_name(small: cst.CSTNode, name: str) -> bool:
     return isinstance(small, cst.AnnAssign) and is_name(small.target, name)
 
 
-class _FirstFinder(cst.CSTVisitor):
-    def __init__(self, predicate: Callable[[cst.CSTNode], bool]) -> None:
-        super().__init__()
-        self.predicate = predicate
-        self.found: Optional[cst.CSTNode] = None
+@functools.lru_cache(maxsize=None)
+def _empty_module() -> cst.Module:
+    return cst.Module(body=[])
 
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        if self.found is None and self.predicate(node):
-            self.found = node
-        return self.found is None  # once found, descend no further
+
+@functools.lru_cache(maxsize=None)
+def _first_finder() -> Any:
+    """The class, made on first use: its base class is libcst's (see ``_lazy_cst``)."""
+
+    class _FirstFinder(cst.CSTVisitor):
+        def __init__(self, predicate: Callable[[cst.CSTNode], bool]) -> None:
+            super().__init__()
+            self.predicate = predicate
+            self.found: Optional[cst.CSTNode] = None
+
+        def on_visit(self, node: cst.CSTNode) -> bool:
+            if self.found is None and self.predicate(node):
+                self.found = node
+            return self.found is None  # once found, descend no further
+
+    return _FirstFinder
 
 
 def find_first(
@@ -54,7 +68,7 @@ def find_first(
 ) -> Optional[cst.CSTNode]:
     """The first node under ``node`` (itself included, depth first, in source order)
     for which ``predicate`` holds, or None."""
-    finder = _FirstFinder(predicate)
+    finder = _first_finder()(predicate)
     node.visit(finder)
     return finder.found
 
@@ -67,7 +81,7 @@ def code_of(node: cst.CSTNode) -> str:
     """
     if isinstance(node, cst.SimpleStatementLine):
         node = node.with_changes(leading_lines=(), trailing_whitespace=cst.TrailingWhitespace())
-    return _EMPTY_MODULE.code_for_node(node).strip()
+    return _empty_module().code_for_node(node).strip()
 
 
 def marker_line(transform_name: str, why: str) -> cst.EmptyLine:

@@ -18,10 +18,14 @@ or ``*args`` on a tree whose version is unknown.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, List, Mapping, Optional, Tuple
 
-import libcst as cst
 from packaging.version import Version
+
+if TYPE_CHECKING:
+    import libcst as cst
+else:
+    from ._lazy_cst import cst
 
 #: vLLM split ``kv_scale`` into ``k_scale`` and ``v_scale`` in 0.5.3 (checked against the
 #: 0.5.0 - 0.5.4 wheels: 0.5.2 has 21 parameters with ``kv_scale``, 0.5.3 has 22).

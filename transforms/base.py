@@ -14,11 +14,13 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Dict, FrozenSet, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, ClassVar, Dict, FrozenSet, Mapping, Optional, Tuple
 
-import libcst as cst
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
+
+if TYPE_CHECKING:  # only in annotations: importing libcst is not free
+    import libcst as cst
 
 #: Every edit carries this marker so a reader of a patched file sees who changed it.
 MARKER = "vllm-codemod"

@@ -21,9 +21,8 @@ import ast
 import importlib.util
 from pathlib import Path
 from types import ModuleType
-from typing import Dict, FrozenSet, List, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, FrozenSet, List, Optional, Tuple
 
-import libcst as cst
 from packaging.specifiers import SpecifierSet
 
 from vllm_codemod.stamp import stamp_kernel_files
@@ -40,6 +39,11 @@ from ._cst_helpers import (
 )
 from ._forwarding import Forwarding, KernelSignature, Unforwardable, plan_forwarding
 from .base import Bundle, Status, Transform, TransformContext, Verdict
+
+if TYPE_CHECKING:
+    import libcst as cst
+else:
+    from ._lazy_cst import cst
 
 #: Installed name of the tool's kernel package and its directory name inside ``vllm/``.
 KERNEL_PACKAGE = "vllm_codemod.kernels"

@@ -27,11 +27,11 @@ transform is named with ``--only``.
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.util
 from types import ModuleType
-from typing import Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
-import libcst as cst
 from packaging.specifiers import SpecifierSet
 
 from ._cst_helpers import (
@@ -53,6 +53,11 @@ from .paged_attention_v2 import (
     bundled_kernel_files,
     kernel_package_dir,
 )
+
+if TYPE_CHECKING:
+    import libcst as cst
+else:
+    from ._lazy_cst import cst
 
 FUNCTION = "context_attention_fwd"
 KERNEL_ENTRY = "context_attention_fwd"
@@ -210,18 +215,24 @@ def _same_code(ours: List[cst.BaseStatement], wanted: List[cst.BaseStatement]) -
     return dump(ours) == dump(wanted)
 
 
-class _ReplaceFunction(cst.CSTTransformer):
-    def __init__(self, old: cst.FunctionDef, new: cst.FunctionDef) -> None:
-        super().__init__()
-        self.old, self.new = old, new
+@functools.lru_cache(maxsize=None)
+def _replace_function() -> Any:
+    """The class, made on first use: its base class is libcst's (see ``_lazy_cst``)."""
 
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-        return node is not self.old  # nothing else to edit inside functions
+    class _ReplaceFunction(cst.CSTTransformer):
+        def __init__(self, old: cst.FunctionDef, new: cst.FunctionDef) -> None:
+            super().__init__()
+            self.old, self.new = old, new
 
-    def leave_FunctionDef(
-        self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef
-    ) -> cst.FunctionDef:
-        return self.new if original_node is self.old else updated_node
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            return node is not self.old  # nothing else to edit inside functions
+
+        def leave_FunctionDef(
+            self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef
+        ) -> cst.FunctionDef:
+            return self.new if original_node is self.old else updated_node
+
+    return _ReplaceFunction
 
 
 class PrefixPrefillRoute(Transform):
@@ -313,7 +324,7 @@ class PrefixPrefillRoute(Transform):
         new_func = func.with_changes(
             body=func.body.with_changes(body=[*stmts[:head], *block, *original])
         )
-        new_module = module.visit(_ReplaceFunction(func, new_func))
+        new_module = module.visit(_replace_function()(func, new_func))
         reason = (
             f"{FUNCTION} calls the bundled kernel otherwise than its signature asks; "
             "the call will be regenerated"

@@ -23,9 +23,9 @@ faster than 4 for the ALiBi kernel on an H200).
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
+import functools
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
-import libcst as cst
 from packaging.specifiers import SpecifierSet
 
 from ._cst_helpers import (
@@ -37,6 +37,11 @@ from ._cst_helpers import (
     with_marker,
 )
 from .base import Option, Status, Transform, TransformContext, Verdict
+
+if TYPE_CHECKING:
+    import libcst as cst
+else:
+    from ._lazy_cst import cst
 
 KEYWORD = "num_warps"
 #: Tile sizes worth showing an operator next to the warp count (never edited).
@@ -83,40 +88,52 @@ def _is_device_code(node: cst.FunctionDef) -> bool:
     return False
 
 
-class _LaunchFinder(cst.CSTVisitor):
-    def __init__(self) -> None:
-        self.stack: List[cst.FunctionDef] = []
-        self.launches: List[_Launch] = []
+@functools.lru_cache(maxsize=None)
+def _launch_finder() -> Any:
+    """The class, made on first use: its base class is libcst's (see ``_lazy_cst``)."""
 
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-        if _is_device_code(node):
-            return False  # children skipped; leave_FunctionDef still runs
-        self.stack.append(node)
-        return True
+    class _LaunchFinder(cst.CSTVisitor):
+        def __init__(self) -> None:
+            self.stack: List[cst.FunctionDef] = []
+            self.launches: List[_Launch] = []
 
-    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
-        if self.stack and self.stack[-1] is original_node:
-            self.stack.pop()
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            if _is_device_code(node):
+                return False  # children skipped; leave_FunctionDef still runs
+            self.stack.append(node)
+            return True
 
-    def visit_Call(self, node: cst.Call) -> None:
-        if _is_launch(node):
-            self.launches.append(_Launch(node, self.stack[-1] if self.stack else None))
+        def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+            if self.stack and self.stack[-1] is original_node:
+                self.stack.pop()
+
+        def visit_Call(self, node: cst.Call) -> None:
+            if _is_launch(node):
+                self.launches.append(_Launch(node, self.stack[-1] if self.stack else None))
+
+    return _LaunchFinder
 
 
-class _Replace(cst.CSTTransformer):
-    """Swap whole statements, picked by the identity of the original node."""
+@functools.lru_cache(maxsize=None)
+def _replace() -> Any:
+    """The class, made on first use: its base class is libcst's (see ``_lazy_cst``)."""
 
-    def __init__(self, edits: Dict[int, cst.SimpleStatementLine]) -> None:
-        super().__init__()
-        self.edits = edits
+    class _Replace(cst.CSTTransformer):
+        """Swap whole statements, picked by the identity of the original node."""
 
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-        return not _is_device_code(node)  # nothing to edit in kernels; saves the walk
+        def __init__(self, edits: Dict[int, cst.SimpleStatementLine]) -> None:
+            super().__init__()
+            self.edits = edits
 
-    def leave_SimpleStatementLine(
-        self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
-    ) -> cst.SimpleStatementLine:
-        return self.edits.get(id(original_node), updated_node)
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            return not _is_device_code(node)  # nothing to edit in kernels; saves the walk
+
+        def leave_SimpleStatementLine(
+            self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
+        ) -> cst.SimpleStatementLine:
+            return self.edits.get(id(original_node), updated_node)
+
+    return _Replace
 
 
 def _binds_value(small: cst.BaseSmallStatement, name: str) -> bool:
@@ -212,7 +229,7 @@ class PrefixPrefillWarps(Transform):
 
     def _plan_edit(self, module: cst.Module, warps: int) -> Verdict:
         """The plan as on a fork: set every launch's warp binding to ``warps``."""
-        finder = _LaunchFinder()
+        finder = _launch_finder()()
         module.visit(finder)
         details: Dict[str, object] = self._block_details(module, finder.launches)
 
@@ -280,7 +297,7 @@ class PrefixPrefillWarps(Transform):
                 f"prefix-prefill launches already use {warps} warps",
                 details=details,
             )
-        new_module = module.visit(_Replace(edits))
+        new_module = module.visit(_replace()(edits))
         return Verdict(
             Status.PENDING,
             f"prefix-prefill launches use {' / '.join(old_values)}; setting {warps}",

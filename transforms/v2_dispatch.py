@@ -27,9 +27,8 @@ count; the last of them is what ``if use_v1:`` sees.
 
 from __future__ import annotations
 
-from typing import List, Optional, Sequence, Set
+from typing import TYPE_CHECKING, List, Optional, Sequence, Set
 
-import libcst as cst
 from packaging.specifiers import SpecifierSet
 
 from ._cst_helpers import (
@@ -47,6 +46,11 @@ from ._cst_helpers import (
     with_marker,
 )
 from .base import Option, Status, Transform, TransformContext, Verdict
+
+if TYPE_CHECKING:
+    import libcst as cst
+else:
+    from ._lazy_cst import cst
 
 CLASS = "PagedAttention"
 METHOD = "forward_decode"

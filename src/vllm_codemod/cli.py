@@ -16,6 +16,9 @@ import click
 from . import __version__
 from .boundary import classify, exit_code_table, say, sigterm_as_interrupt
 
+#: ``vllm-codemod -v <command>``: the count, for the command's output options
+VERBOSE_KEY = "vllm_codemod.verbose"
+
 #: command name -> (module, attribute, one-line help)
 COMMANDS: Dict[str, Tuple[str, str, str]] = {
     "apply": ("apply", "apply", "Patch the vLLM tree (all pending transforms, atomically)."),
@@ -150,13 +153,21 @@ Examples:
     + exit_code_table(),
 )
 @click.version_option(__version__, "-V", "--version", prog_name="vllm-codemod")
-def cli() -> None:
+@click.option(
+    "-v",
+    "--verbose",
+    count=True,
+    help="Log what the tool decides on stderr: -v at INFO, -vv at DEBUG (as the command's own -v).",
+)
+@click.pass_context
+def cli(ctx: click.Context, verbose: int) -> None:
     """Restore fast long-context decode in vendor forks of vLLM.
 
     Applies idempotent, structure-matching codemods to an installed vllm tree:
     the paged_attention_v2 stub becomes a call into bundled kernels, the V1/V2
     dispatch heuristic comes back, and prefix-prefill NUM_WARPS is retuned.
     """
+    ctx.meta[VERBOSE_KEY] = verbose  # added to the command's own -v (commands/_output.py)
 
 
 def main() -> None:

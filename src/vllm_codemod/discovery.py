@@ -7,12 +7,15 @@ we only need to know where its files are.
 from __future__ import annotations
 
 import importlib.util
+import logging
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 from .errors import CodemodError
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -47,9 +50,11 @@ def locate_tree(site_packages: Optional[Path], vllm_root: Optional[Path]) -> Vll
             site_packages / "vllm",
             "pass the site-packages directory that contains vllm/ (or --vllm-root DIR)",
         )
+        log.info("vllm tree: %s (from --site-packages %s)", root, site_packages)
         return VllmTree(base=root.parent, root=root)
     if vllm_root is not None:
         root = _checked_package_dir(vllm_root, "pass the vllm package directory itself")
+        log.info("vllm tree: %s (from --vllm-root)", root)
         return VllmTree(base=root.parent, root=root)
     return _locate_in_interpreter()
 
@@ -63,4 +68,5 @@ def _locate_in_interpreter() -> VllmTree:
             "pass --site-packages DIR or --vllm-root DIR to name the tree to patch"
         )
     root = Path(next(iter(spec.submodule_search_locations))).resolve()
+    log.info("vllm tree: %s (the vllm of %s, found without importing it)", root, sys.executable)
     return VllmTree(base=root.parent, root=root)

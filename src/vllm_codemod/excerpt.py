@@ -18,9 +18,10 @@ from __future__ import annotations
 import ast
 import io
 from dataclasses import dataclass
-from typing import Iterable, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Iterable, List, Optional, Set, Tuple
 
-import libcst as cst
+if TYPE_CHECKING:
+    import libcst as cst
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,8 @@ class Excerpt:
         they are the leading lines of the first chosen statement (the file's own header
         is never part of an excerpt), so they move back onto it.
         """
+        import libcst as cst
+
         module = cst.parse_module(self.text)
         if not module.header or not module.body:
             return module

@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import hashlib
+import logging
 import os
 import re
 import stat
@@ -22,6 +23,8 @@ from pathlib import Path
 from typing import Iterable, Iterator, List, Optional, Tuple
 
 from .errors import CodemodError, EnvironmentProblem, NotARegularFile
+
+log = logging.getLogger(__name__)
 
 #: every temp file we create is ``.<name>.vllm-codemod-<pid>.tmp`` beside its target
 TEMP_MARK = ".vllm-codemod-"
@@ -323,6 +326,7 @@ def tree_lock(directory: Path, timeout: float) -> Iterator[None]:
         raise EnvironmentProblem(directory, exc, "cannot open it to lock the tree") from None
     try:
         deadline = time.monotonic() + timeout
+        waiting = False
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -335,7 +339,14 @@ def tree_lock(directory: Path, timeout: float) -> Iterator[None]:
                         f"{directory}: another vllm-codemod run holds the lock; "
                         "wait for it to finish and run again"
                     ) from None
+                if not waiting:
+                    log.info(
+                        "%s: another run holds the lock; waiting up to %gs", directory, timeout
+                    )
+                    waiting = True
                 time.sleep(0.05)
+        log.debug("lock taken on %s", directory)
         yield
     finally:
         os.close(fd)
+        log.debug("lock released on %s", directory)

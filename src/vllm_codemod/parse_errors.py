@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import re
 import warnings
-from typing import Tuple
+from typing import TYPE_CHECKING, Tuple
 
-import libcst as cst
+if TYPE_CHECKING:
+    import libcst as cst
 
 _LIBCST_AT = re.compile(r"error at (\d+):(\d+)")
 

@@ -7,6 +7,7 @@ we compare the release part only, via :mod:`packaging`, so those pass the gate.
 from __future__ import annotations
 
 import ast
+import logging
 from email.parser import HeaderParser
 from pathlib import Path
 from typing import List, Optional, Tuple
@@ -16,6 +17,8 @@ from packaging.version import InvalidVersion, Version
 
 from .discovery import VllmTree
 from .errors import CodemodError
+
+log = logging.getLogger(__name__)
 
 OLDEST_KNOWN = Version("0.4.3")
 NEWEST_KNOWN = Version("0.11.0")
@@ -76,9 +79,13 @@ def read_version(tree: VllmTree) -> Tuple[Optional[Version], str]:
             if text:
                 sources.append((tree.root / name, text))
                 break
+    if not sources:
+        log.info("no vLLM version found in %s or %s", tree.base, tree.root)
     for path, text in sources:
         try:
-            return Version(text), str(path)
+            version = Version(text)
+            log.info("vLLM version %s (read from %s)", version, path)
+            return version, str(path)
         except InvalidVersion:
             raise CodemodError(
                 f"{path}: version {text!r} is not a valid version; pass --force to skip the check"

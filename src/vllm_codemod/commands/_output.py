@@ -115,10 +115,11 @@ def reporting(command: str) -> Callable[[Callable[..., Report]], Callable[..., N
             color: Optional[bool],
             **kwargs: Any,
         ) -> None:
+            ctx = click.get_current_context()
+            verbose += ctx.find_root().meta.get("vllm_codemod.verbose", 0)  # vllm-codemod -v CMD
             if quiet and verbose:
                 raise click.UsageError("pass -q or -v, not both")
             output = Output(as_json, -1 if quiet else verbose, resolve_color(color))
-            ctx = click.get_current_context()
             ctx.find_root().meta[_META_KEY] = output
             configure_logging(output.verbosity)
             try:

@@ -8,6 +8,7 @@ it is finished by the next run.
 from __future__ import annotations
 
 import datetime
+import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +35,8 @@ from .transaction import (
     writable_probe,
     write_step,
 )
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -138,6 +141,7 @@ def apply(plan: Plan) -> ApplyResult:
         wrote=False,
     )
     if not plan.changes and not plan.options_change:
+        log.info("nothing to write: every selected transform is applied or not applicable")
         return result
     for change in plan.changes:
         current = tree.path(change.path)
@@ -171,6 +175,7 @@ def apply(plan: Plan) -> ApplyResult:
             )
             (record_step if change.path == plan.record else steps).append(step)
         journal = commit(state, "apply", steps + record_step, manifest)
+        log.info("committed %d step(s) to %s", len(journal.steps), state.journal_path)
     except EnvironmentProblem as exc:
         discard_uncommitted(state)
         raise EnvironmentProblem(

@@ -7,12 +7,12 @@ transforms that share a target see each other's output in registry order.
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Collection, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Collection, Dict, List, Mapping, Optional, Sequence, Tuple
 
-import libcst as cst
 from packaging.version import Version
 
 from ..discovery import VllmTree
@@ -23,6 +23,12 @@ from ..parse_errors import parse_error_position
 from ..textcodec import TextForm, decode
 from ..transforms.base import Status, Transform, TransformContext, Verdict
 from ..transforms.fork_markers import find_fork_markers
+from . import verdict_cache
+
+if TYPE_CHECKING:
+    import libcst as cst
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -118,6 +124,8 @@ def _decode(path: Path, data: bytes) -> Tuple[str, TextForm]:
 
 
 def _parse(path: Path, text: str, transform: Transform) -> cst.Module:
+    import libcst as cst
+
     try:
         return cst.parse_module(text)
     except cst.ParserSyntaxError as exc:
@@ -137,6 +145,8 @@ def _plan_text(
     (see :mod:`vllm_codemod.excerpt`); any edit an excerpt cannot carry back falls
     back to planning on the whole file.
     """
+    import libcst as cst  # here, not above: a cached verdict needs no parser
+
     anchors = getattr(transform, "anchors", ())
     excerpt = make_excerpt(text, anchors) if anchors else None
     if excerpt is not None:
@@ -145,16 +155,31 @@ def _plan_text(
         except cst.ParserSyntaxError:
             module = None
         if module is not None:
+            log.debug("%s: parsed %d statement(s) of %s", transform.name, len(module.body), path)
             verdict = transform.plan(module, context)
             if verdict.status is not Status.PENDING or verdict.module is None:
                 return verdict, None
             new_text = excerpt.splice(module, verdict.module)
             if new_text is not None:
                 return verdict, new_text
+    log.debug("%s: parsing all of %s", transform.name, path)
     verdict = transform.plan(_parse(path, text, transform), context)
     if verdict.status is Status.PENDING and verdict.module is not None:
         return verdict, verdict.module.code
     return verdict, None
+
+
+def _plan_remembered(
+    tree: VllmTree, path: Path, text: str, transform: Transform, context: TransformContext
+) -> Tuple[Verdict, Optional[str]]:
+    """:func:`_plan_text`, or the verdict an earlier run stored (see :mod:`.verdict_cache`)."""
+    key, verdict = verdict_cache.lookup(tree, transform, text, context)
+    if verdict is not None:
+        return verdict, None
+    log.debug("%s: planning on %s", transform.name, path)
+    verdict, new_text = _plan_text(path, text, transform, context)
+    verdict_cache.store(key, transform, verdict)
+    return verdict, new_text
 
 
 def _compiles(path: Path, code: str, transform: Transform) -> None:
@@ -214,10 +239,11 @@ def build_change_set(
         if rel not in texts:
             sources[rel] = _read_target(tree, rel, transform)
             texts[rel], forms[rel] = _decode(path, plan_from.get(rel, sources[rel]))
-        verdict, new_text = _plan_text(path, texts[rel], transform, context)
+        verdict, new_text = _plan_remembered(tree, path, texts[rel], transform, context)
         result = TransformResult(
             transform, rel, verdict.status, verdict.reason, dict(verdict.details)
         )
+        log.info("%s: %s: %s (%s)", transform.name, rel, verdict.status.value, verdict.reason)
         results.append(result)
         if verdict.status is Status.PENDING:
             if new_text is None:
@@ -253,6 +279,7 @@ def build_change_set(
         else:
             _refuse_unowned(tree, rel, current, previously_added)
         if current != data:
+            log.debug("%s: to %s", rel, "add" if current is None else "update")
             changes.append(FileChange(rel, current, data, list(wanted_by[rel]), added=True))
             if rel not in edited_added:
                 stale_names.update(wanted_by[rel])
@@ -309,6 +336,12 @@ def _check_requirements(
                     continue
             probe, _ = _plan_text(path, texts[rel], required, context)
             if probe.status in (Status.PENDING, Status.CONFLICT):
+                log.info(
+                    "%s: conflict: needs %s, which is %s",
+                    result.transform.name,
+                    name,
+                    probe.status.value,
+                )
                 result.status = Status.CONFLICT
                 result.reason = (
                     f"needs {name} ({probe.status.value}: {probe.reason}); "

@@ -20,6 +20,7 @@ A journal is read as untrusted input, like the manifest: every path it names is 
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import shutil
 import tempfile
@@ -42,6 +43,8 @@ from ..fsutil import (
 from .journal import Journal, Step, step_source, step_target
 from .records import Manifest
 from .statedir import StateDir
+
+log = logging.getLogger(__name__)
 
 
 def bytecode_for(source: Path) -> List[Path]:
@@ -181,11 +184,16 @@ def replay(state: StateDir, journal: Journal) -> List[str]:
                 if sha256_bytes(data) != step.sha256:
                     raise ManifestError(f"{source}: damaged (hash differs); reinstall vllm")
                 atomic_write(target, data, step.mode)
+                log.info("wrote %s", step.path)
+            else:
+                log.debug("%s: already has the wanted bytes; not written", step.path)
         elif step.kind == "rmdir":
             if not remove_dir_if_empty(target):
+                log.info("kept directory %s: not empty", step.path)
                 kept.append(step.path)
         else:
             remove_file(target)
+            log.info("removed %s", step.path)
     if journal.manifest is None:
         remove_file(state.manifest_path)
         remove_file(state.journal_path)
@@ -237,12 +245,18 @@ def recover(
         if not finish or dry_run:
             return result
         journal = Journal.load(state)
+        log.info("finishing an interrupted %s (%s)", journal.op, state.journal_path)
         for step in journal.steps:
             dirs.add(tree.path(step.path).parent)
         replay(state, journal)
         result.finished = journal.op
         manifest = journal.manifest
     elif state.path.exists() and not state.has_manifest():
+        log.info(
+            "%s: left by a run that never committed; %s",
+            state.path,
+            "would remove it" if dry_run else "removing it",
+        )
         if not dry_run:
             sweep_temp_files(_state_dirs(state))
             _remove_state_dir(state)
@@ -267,6 +281,8 @@ def recover(
     # a dry run still sees the temp files inside a directory it would remove whole
     whole = tuple(rel for rel in result.removed if rel.endswith("/"))
     result.removed += [rel for rel in swept if not rel.startswith(whole)] if whole else swept
+    for rel in result.removed:
+        log.info("%s debris of an interrupted run: %s", "found" if dry_run else "removed", rel)
     return result
 
 
