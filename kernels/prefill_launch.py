@@ -11,11 +11,12 @@ measured on the device by ``vllm-codemod tune`` may hold larger ones for its dev
 
 from __future__ import annotations
 
-from typing import Dict, NamedTuple, Optional, Tuple
+from typing import Any, Dict, NamedTuple, Optional, Tuple
 
 import torch
 import triton
 
+from .log import log
 from .prefill_kernels import LOG2E, _prefix_prefill_kernel
 
 #: Shared memory per program every built-in config must fit (BI-V100: 48 KB per block).
@@ -39,6 +40,9 @@ DEFAULT_CONFIGS: Dict[int, PrefillConfig] = {
 
 #: Configs a tuning file installed for this process: (padded head, element bytes) -> config.
 _tuned: Dict[Tuple[int, int], PrefillConfig] = {}
+#: Whether _tuned is settled: read from the tree's tuning tables at the first launch
+#: (never at import: the device name needs CUDA), or set by set_prefill_configs.
+_tables_read = [False]
 
 
 def shared_bytes(config: PrefillConfig, d_pad: int, elem_bytes: int) -> int:
@@ -48,11 +52,35 @@ def shared_bytes(config: PrefillConfig, d_pad: int, elem_bytes: int) -> int:
     return q_tile + max(config.num_stages, 1) * kv_tiles
 
 
-def set_prefill_configs(table: Optional[Dict[Tuple[int, int], PrefillConfig]]) -> None:
-    """Install (or with None, clear) the configs measured for this device."""
+def set_prefill_configs(table: Optional[Dict[Tuple[int, int], Any]]) -> None:
+    """Install (or with None, clear) the configs measured for this device; either way the
+    tuning tables are not read after this (``reset_prefill_configs`` reads them again)."""
     _tuned.clear()
+    _tables_read[0] = True
     if table:
-        _tuned.update(table)
+        _tuned.update({key: PrefillConfig(*cfg) for key, cfg in table.items()})
+
+
+def reset_prefill_configs() -> None:
+    """Forget installed configs; the next launch reads the tuning tables again."""
+    _tuned.clear()
+    _tables_read[0] = False
+
+
+def _read_tables(device: torch.device) -> None:
+    """The tuning tables' prefill entries for this device (``tuned.prefill_configs``),
+    once per process; a table that cannot be read leaves the built-in defaults."""
+    _tables_read[0] = True
+    try:
+        from .tuned import prefill_configs
+
+        found = prefill_configs(device)
+    except Exception as exc:  # a damaged table must not take prefill down
+        log.warning("vllm-codemod: prefill configs from the tuning tables unused (%s)", exc)
+        return
+    _tuned.update({key: PrefillConfig(*cfg) for key, cfg in found.items()})
+    if found:
+        log.info("vllm-codemod: prefill launch configs from a tuning table: %s", found)
 
 
 def pick_config(d_pad: int, elem_bytes: int) -> PrefillConfig:
@@ -97,6 +125,8 @@ def prefix_prefill_triton(
     num_seqs = seq_lens.shape[0]
     num_heads, head_size = q.shape[1], q.shape[2]
     d_pad = max(triton.next_power_of_2(head_size), 16)
+    if config is None and not _tables_read[0]:
+        _read_tables(q.device)
     cfg = config or pick_config(d_pad, q.element_size())
     if cfg.block_m % cfg.block_n:
         raise ValueError(f"prefill config {tuple(cfg)}: BLOCK_M must be a multiple of BLOCK_N")
@@ -133,6 +163,7 @@ __all__ = [
     "PrefillConfig",
     "pick_config",
     "prefix_prefill_triton",
+    "reset_prefill_configs",
     "set_prefill_configs",
     "shared_bytes",
 ]

@@ -94,3 +94,14 @@ def decision(c: DecodeCall) -> Optional[Any]:
     if not points:
         return None
     return tuning_table.pick(points, c.max_seq_len, eager=not _capturing())
+
+
+def prefill_configs(device: torch.device) -> Dict[tuple, tuple]:
+    """The prefix-prefill launch configs the first table naming this device measured:
+    (padded head size, element bytes) -> (block_m, block_n, num_warps, num_stages).
+    Empty without tables, off CUDA, or where no table names the device (built-in
+    defaults then; ``prefill_launch`` asks once per process)."""
+    if not _files() or device.type != "cuda":
+        return {}
+    table = _device_table(device)
+    return dict(table.prefill_configs) if table is not None else {}

@@ -20,6 +20,10 @@ CONFIG_FIELDS = ("tile", "warps", "stages", "early_v", "prefetch", "k3d", "chunk
 MAX_SLOTS = 32
 #: Triton warp counts a prefix-prefill launch accepts.
 VALID_WARPS = (1, 2, 4, 8, 16, 32)
+#: PrefillConfig fields (kernels/prefill_launch.py), in order: a prefill config holds all 4.
+PREFILL_CONFIG_FIELDS = ("block_m", "block_n", "num_warps", "num_stages")
+#: Bytes per element of the query dtypes a prefill config is keyed by.
+ELEMENT_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
 #: Every dtype spelling a tuning file, a model config or a shape may use -> the one name.
 DTYPE_ALIASES = {
@@ -80,6 +84,7 @@ class DeviceTable:
         prefill_warps: Dict[str, int],
         raw: Dict[str, Any],
         prefill_num_warps: Optional[int] = None,
+        prefill_configs: Optional[Dict[Tuple[int, int], Tuple[int, int, int, int]]] = None,
     ) -> None:
         self.name = name
         self._decode = list(decode)
@@ -87,6 +92,10 @@ class DeviceTable:
         self.prefill_warps = dict(prefill_warps)
         #: the one NUM_WARPS for the tree that ``apply --tuning`` writes (None: unmeasured)
         self.prefill_num_warps = prefill_num_warps
+        #: our prefix-prefill kernel's measured launch configs: (padded head size,
+        #: element bytes) -> (block_m, block_n, num_warps, num_stages); a key not here
+        #: (a file without ``prefill_configs``, or a default that won) keeps the built-in
+        self.prefill_configs = dict(prefill_configs or {})
         self.raw = raw
 
     def decide(
@@ -270,6 +279,47 @@ def _decode_entry(reader: _Reader, raw: Any, where: str) -> _DecodeEntry:
     )
 
 
+def _prefill_configs(
+    reader: _Reader, raw: Any, where: str
+) -> Dict[Tuple[int, int], Tuple[int, int, int, int]]:
+    """``prefill_configs[]``: the bundled prefill kernel's winners by (padded head, dtype).
+
+    An entry whose ``config`` is null (the built-in default won) adds nothing.  Two
+    dtypes of one width (bf16 and fp16) share a key; the first entry in the file wins.
+    """
+    found: Dict[Tuple[int, int], Tuple[int, int, int, int]] = {}
+    for i, entry in enumerate(reader.check(raw, where, list)):
+        ewhere = f"{where}[{i}]"
+        reader.check(entry, ewhere, dict)
+        d_pad = reader.positive(entry, "head_size_padded", ewhere)
+        if d_pad & (d_pad - 1) or not 16 <= d_pad <= 256:
+            raise reader.fail(f"{ewhere}.head_size_padded", f"a power of two 16-256, got {d_pad}")
+        dtype = normalize_dtype(reader.get(entry, "dtype", ewhere, str))
+        if dtype not in ELEMENT_BYTES:
+            raise reader.fail(f"{ewhere}.dtype", f"one of {sorted(ELEMENT_BYTES)}, got {dtype!r}")
+        config = entry.get("config")
+        if config is None:
+            continue
+        cwhere = f"{ewhere}.config"
+        reader.check(config, cwhere, list)
+        if len(config) != len(PREFILL_CONFIG_FIELDS):
+            raise reader.fail(cwhere, f"expected the 4 fields {PREFILL_CONFIG_FIELDS}")
+        for j, (field, value) in enumerate(zip(PREFILL_CONFIG_FIELDS, config)):
+            reader.check(value, f"{cwhere}[{j}] ({field})", int)
+        block_m, block_n, warps, stages = config
+        for j, value in ((0, block_m), (1, block_n)):
+            if value & (value - 1) or not 16 <= value <= 256:
+                raise reader.fail(f"{cwhere}[{j}]", f"a power of two 16-256, got {value}")
+        if block_m % block_n:
+            raise reader.fail(cwhere, f"block_m {block_m} is not a multiple of block_n {block_n}")
+        if warps not in VALID_WARPS:
+            raise reader.fail(f"{cwhere}[2] (num_warps)", f"not a power of two <= 32: {warps}")
+        if not 1 <= stages <= 8:
+            raise reader.fail(f"{cwhere}[3] (num_stages)", f"1-8, got {stages}")
+        found.setdefault((d_pad, ELEMENT_BYTES[dtype]), (block_m, block_n, warps, stages))
+    return found
+
+
 def _device(reader: _Reader, raw: Any, where: str) -> DeviceTable:
     reader.check(raw, where, dict)
     device = reader.get(raw, "device", where, dict)
@@ -297,7 +347,11 @@ def _device(reader: _Reader, raw: Any, where: str) -> DeviceTable:
         reader.check(overall, f"{where}.prefill_num_warps", int)
         if overall not in VALID_WARPS:
             raise reader.fail(f"{where}.prefill_num_warps", f"not a power of two <= 32: {overall}")
-    return DeviceTable(name, decode, warps, raw, overall)
+    configs = raw.get("prefill_configs")
+    prefill_configs = (
+        {} if configs is None else _prefill_configs(reader, configs, f"{where}.prefill_configs")
+    )
+    return DeviceTable(name, decode, warps, raw, overall, prefill_configs)
 
 
 def parse(data: Dict[str, Any], source: str = "<tuning>") -> Table:

@@ -1,5 +1,13 @@
 """Compile the bundled Triton kernels ahead of time, without a GPU.
 
+Prefix prefill (``--kernels prefill``): every launch ``prefill_launch.prefix_prefill_triton``
+makes for head sizes 64/96/128/256 x bf16/fp16/fp32 x plain, ALiBi, sliding window,
+skip_decode and fp8 (e4m3, e5m2) caches, each with the config ``pick_config`` gives it
+(the built-in ``DEFAULT_CONFIGS``, halved for fp32), recorded the same way; page size and
+GQA group rotate through the matrix.  fp8 e4m3 is compiled only for cc >= 89 (Triton has
+no fp8e4nv below that; vLLM's own tests skip it there too).  A table gives the shared
+memory per default config and cc.
+
 For every launch the launcher (``decode_launch._launch``: the partition kernel, then the
 reduce kernel) would make for a matrix of head sizes, dtypes, alibi, block sizes, GQA
 groups and the configs ``launch_tables.pick_config`` hands out (DEFAULT_CONFIGS,
@@ -41,13 +49,22 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 
 from vllm_codemod.kernels import call as call_mod  # noqa: E402
-from vllm_codemod.kernels import decode_kernels, decode_launch, launch_tables  # noqa: E402
+from vllm_codemod.kernels import (  # noqa: E402
+    decode_kernels,
+    decode_launch,
+    launch_tables,
+    prefill_kernels,
+    prefill_launch,
+)
+from vllm_codemod.kernels import prefill_cases as prefill_inputs  # noqa: E402
 
 TRITON_MAJOR_MINOR = tuple(int(p) for p in triton.__version__.split(".")[:2])
 KERNELS = {
     "partition": decode_kernels.partition_kernel,
     "reduce": decode_kernels.reduce_kernel,
+    "prefill": prefill_kernels._prefix_prefill_kernel,
 }
+DECODE_KERNELS = ("partition", "reduce")
 SHORT = {
     "QUERIES_PER_KV": "qpk",
     "G_PAD": "G",
@@ -60,6 +77,7 @@ SHORT = {
     "EARLY_V": "eV",
     "PREFETCH": "pf",
     "SINGLE_PASS": "1pass",
+    "SKIP_DECODE": "skip",
 }
 SMEM_LIMIT = 49152  # bytes per program on the BI-V100
 HEAD_SIZES = (32, 64, 80, 96, 112, 128, 192, 256)
@@ -145,6 +163,67 @@ LENS = ((700, 1300), (5000,), (700, (decode_launch.REDUCE_SINGLE_PASS_MAX + 1) *
 RECORD_SMS = 132
 
 
+# ---- prefix prefill ---------------------------------------------------------------------
+
+PREFILL_HEADS = (64, 96, 128, 256)
+#: (name, make_prefill_inputs keywords): each path the kernel's constexprs select.
+PREFILL_VARIANTS = (
+    ("plain", {}),
+    ("alibi", {"alibi": True}),
+    ("window", {"sliding_window": 13}),
+    ("skip_decode", {"skip_decode": True}),
+    ("fp8_e4m3", {"kv_cache_dtype": "fp8"}),
+    ("fp8_e5m2", {"kv_cache_dtype": "fp8_e5m2"}),
+)
+PREFILL_GROUPS = ((8, 2), (4, 4), (32, 1))  # GQA 4, MHA, MQA-like 32
+PREFILL_PAGES = (16, 32)
+#: (cached, new) tokens: a ragged batch with more query tiles than one and a context
+#: that is no multiple of the page (the values only matter through the JIT's
+#: specialization of num_m_tiles and the window, which are never 1 here).
+PREFILL_LENS = ((37, 300), (0, 45), (70, 1))
+#: cc below which Triton has no fp8e4nv (e4m3): vLLM's own tests skip those caches there.
+FP8E4_MIN_CC = 89
+
+
+def prefill_cases(full: bool):
+    """(head, dtype, variant name, make_prefill_inputs keywords, (heads, kv heads), page)."""
+    i = 0
+    for hs in PREFILL_HEADS:
+        for dtype in DTYPES:
+            for vname, extra in PREFILL_VARIANTS:
+                if full:
+                    for grp in PREFILL_GROUPS:
+                        for page in PREFILL_PAGES:
+                            yield hs, dtype, vname, extra, grp, page
+                    continue
+                grp = PREFILL_GROUPS[i % len(PREFILL_GROUPS)]
+                page = PREFILL_PAGES[(i // len(PREFILL_GROUPS)) % len(PREFILL_PAGES)]
+                i += 1
+                yield hs, dtype, vname, extra, grp, page
+
+
+def cfg_d_pad(head_size: int) -> int:
+    return max(16, 1 << (head_size - 1).bit_length())
+
+
+def record_prefill_launches(case):
+    """Run prefix_prefill_triton on CPU tensors with a recording kernel, with the config
+    the launcher picks itself (the built-in table: no tuning file); returns its launches
+    and that config."""
+    hs, dtype, _vname, extra, (nh, nkv), page = case
+    a = prefill_inputs.make_prefill_inputs(PREFILL_LENS, nh, nkv, hs, page, dtype, **extra)
+    sink = []
+    saved = prefill_launch._prefix_prefill_kernel
+    try:
+        prefill_launch.set_prefill_configs(None)  # the built-in DEFAULT_CONFIGS
+        prefill_launch._prefix_prefill_kernel = _Recorder("prefill", sink)
+        prefill_launch.prefix_prefill_triton(**prefill_inputs.launch_arguments(a))
+    finally:
+        prefill_launch._prefix_prefill_kernel = saved
+        prefill_launch.reset_prefill_configs()
+    return sink, prefill_launch.pick_config(cfg_d_pad(hs), a["q"].element_size())
+
+
 class _Recorder:
     def __init__(self, name, sink):
         self.name, self.sink = name, sink
@@ -181,7 +260,7 @@ def record_launches(case):
         alibi_slopes=torch.empty(nh, dtype=torch.float32) if alibi else None,
     )
     sink = []
-    saved = {n: getattr(decode_kernels, n + "_kernel") for n in KERNELS}
+    saved = {n: getattr(decode_kernels, n + "_kernel") for n in DECODE_KERNELS}
     saved_plans = decode_launch._plans
     cpu = torch.device("cpu")
     try:
@@ -189,7 +268,7 @@ def record_launches(case):
         # An H200's SM count, so that the chunk rule and balanced items (which need one)
         # make the launches they make on a GPU.
         decode_launch._sm_counts[cpu] = RECORD_SMS
-        for n in KERNELS:
+        for n in DECODE_KERNELS:
             setattr(decode_kernels, n + "_kernel", _Recorder(n, sink))
         # k3d where this Triton has tl.permute; the config's own flag decides per launch.
         decode_launch._launch(call_mod.build((), a), cfg, decode_launch.HAS_PERMUTE)
@@ -228,7 +307,10 @@ def _is_constexpr(fn, i):
 
 
 def _dtype_of(fn, args):
-    return str(args[fn.arg_names.index("q_ptr" if "q_ptr" in fn.arg_names else "out_ptr")].dtype)
+    for name in ("q_ptr", "Q", "out_ptr"):
+        if name in fn.arg_names:
+            return str(args[fn.arg_names.index(name)].dtype)
+    raise KeyError(f"{fn.arg_names}: no query or output argument")
 
 
 def compile_21(fn, args, opts, cc):
@@ -366,6 +448,11 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per compile")
     ap.add_argument("--limit", type=int, default=0, help="compile only the first N (debug)")
     ap.add_argument(
+        "--kernels",
+        default="decode,prefill",
+        help="which kernels' launches: decode (partition + reduce), prefill, or both",
+    )
+    ap.add_argument(
         "--smem-limit",
         type=int,
         default=SMEM_LIMIT,
@@ -376,21 +463,37 @@ def main(argv=None) -> int:
     if "TRITON_CACHE_DIR" not in os.environ:  # compile for real, leave ~/.triton alone
         os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="triton-aot-check-")
 
+    kinds = {k.strip() for k in ns.kernels.split(",") if k.strip()}
+    if not kinds or not kinds <= {"decode", "prefill"}:
+        ap.error(f"--kernels {ns.kernels!r}: decode, prefill or both")
+    recorded = []  # (launches, config name, config, ccs to compile for)
+    if "decode" in kinds:
+        for case in cases(ns.full):
+            recorded.append((record_launches(case), case[6], case[7], ccs))
+    skipped_fp8 = 0
+    if "prefill" in kinds:
+        for case in prefill_cases(ns.full):
+            launches, cfg = record_prefill_launches(case)
+            wanted = ccs
+            if case[2] == "fp8_e4m3":
+                wanted = [cc for cc in ccs if cc >= FP8E4_MIN_CC]
+                skipped_fp8 += len(ccs) - len(wanted)
+            recorded.append((launches, f"default d{cfg_d_pad(case[0])}", cfg, wanted))
     seen, jobs, rows = set(), [], []
-    for case in cases(ns.full):
-        for name, args, kwargs in record_launches(case):
+    for launches, cname, cfg, case_ccs in recorded:
+        for name, args, kwargs in launches:
             fn = KERNELS[name]
             full, opts = full_args(fn, args, kwargs)
             key_args = tuple(a if _is_constexpr(fn, i) else _arg_key(a) for i, a in enumerate(full))
-            for cc in ccs:
+            for cc in case_ccs:
                 key = (name, cc, key_args, tuple(sorted(opts.items())))
                 if key in seen:
                     continue
                 seen.add(key)
                 jobs.append((name, cc, full, opts))
-                rows.append(
-                    (name, cc, _dtype_of(fn, full), describe(fn, full), opts, case[6], case[7])
-                )
+                rows.append((name, cc, _dtype_of(fn, full), describe(fn, full), opts, cname, cfg))
+    if skipped_fp8:
+        print(f"fp8 e4m3 prefill cases not compiled below cc {FP8E4_MIN_CC}: {skipped_fp8}")
     if ns.limit:
         jobs, rows = jobs[: ns.limit], rows[: ns.limit]
     print(
@@ -418,7 +521,12 @@ def main(argv=None) -> int:
             s[2][info] = s[2].get(info, 0) + 1
         if shared is not None:
             # The reduce kernel is the same for every partition config: one row for it.
-            slot = (cname, tuple(cfg), name, cc) if name == "partition" else ("-", (), name, cc)
+            if name == "partition":
+                slot = (cname, tuple(cfg), name, cc)
+            elif name == "prefill":  # the fp32 configs differ: one row per dtype
+                slot = (f"{cname} {dt_name}", tuple(cfg), name, cc)
+            else:
+                slot = ("-", (), name, cc)
             if slot not in smem or shared > smem[slot][0]:
                 smem[slot] = (shared, f"{dt_name} {cx}")
             if shared > ns.smem_limit:

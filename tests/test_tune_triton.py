@@ -95,6 +95,13 @@ def test_prefill_reference_matches_the_trees_kernels(tmp_path, release):
     _run("prefill", tmp_path / "site")
 
 
+def test_prefill_config_tuner_rejects_a_wrong_config(tmp_path):
+    site = copy_fixture("bi-v100/corex-0.8.3", tmp_path)
+    result = CliRunner().invoke(cli, ["apply", "--site-packages", str(site)])
+    assert result.exit_code == 0, result.output
+    _run("prefill-configs", site)
+
+
 def test_decode_tuner_on_the_bundled_kernels(tmp_path):
     site = copy_fixture("bi-v100/corex-0.8.3", tmp_path)
     result = CliRunner().invoke(cli, ["apply", "--site-packages", str(site)])

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("torch")
+torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
 from vllm_codemod.kernels import launch_tables  # noqa: E402
@@ -101,3 +101,28 @@ def test_recorded_launches_cover_every_kernel_variant(check):
         if case[5] != check.LENS[0]:  # the short batch fuses (eager, <= 4 partitions)
             assert part_kwargs["BALANCED"], case
             assert part_kwargs["STREAM"] is (len(case[5]) > 1), case
+
+
+def test_prefill_matrix_records_every_path_and_default_config(check):
+    from vllm_codemod.kernels import prefill_launch
+
+    seen_configs, flags = set(), set()
+    cases = list(check.prefill_cases(False))
+    assert {c[0] for c in cases} == {64, 96, 128, 256}
+    assert {c[2] for c in cases} == {name for name, _ in check.PREFILL_VARIANTS}
+    for case in cases:
+        launches, cfg = check.record_prefill_launches(case)
+        ((name, _args, kwargs),) = launches
+        assert name == "prefill"
+        assert (kwargs["BLOCK_M"], kwargs["BLOCK_N"]) == (cfg.block_m, cfg.block_n)
+        assert (kwargs["num_warps"], kwargs["num_stages"]) == (cfg.num_warps, cfg.num_stages)
+        assert kwargs["HEAD_SIZE"] == case[0] and kwargs["GROUP"] == case[4][0] // case[4][1]
+        for flag in ("FP8", "ALIBI", "WINDOW", "SKIP_DECODE"):
+            if kwargs[flag]:
+                flags.add(flag)
+        assert kwargs["FP8"] == case[2].startswith("fp8")
+        if case[1] != torch.float32:
+            seen_configs.add(tuple(cfg))
+    assert flags == {"FP8", "ALIBI", "WINDOW", "SKIP_DECODE"}
+    # every built-in config (16-bit; head 32's equals head 64's) is compiled
+    assert {tuple(c) for c in prefill_launch.DEFAULT_CONFIGS.values()} <= seen_configs

@@ -3,7 +3,11 @@
 ``python tests/kernels/tune_triton_check.py prefill SITE`` times the tree's prefix-prefill kernels
 (main and ALiBi) at two warp counts and fails unless each matched the float64 reference;
 ``python tests/kernels/tune_triton_check.py decode SITE`` runs the decode tuner over the tree's
-bundled kernels and fails if any candidate disagreed with the reference.  On a CUDA device
+bundled kernels and fails if any candidate disagreed with the reference;
+``python tests/kernels/tune_triton_check.py prefill-configs SITE`` runs the prefill config
+tuner over the tree's bundled prefill kernel with one candidate made wrong on purpose
+(its output scaled after the real kernel ran), and fails unless the float64 check
+rejected exactly that one and a correct config won.  On a CUDA device
 it uses the GPU; elsewhere the caller sets TRITON_INTERPRET=1 and CPU tensors are used.
 """
 
@@ -78,6 +82,56 @@ def check_decode(site: Path) -> int:
     return 1 if bad or not entries or kernels.skipped else 0
 
 
+def check_prefill_configs(site: Path) -> int:
+    import importlib
+
+    from vllm_codemod.commands.verify import PRIVATE_NAME, load_tree_kernels
+    from vllm_codemod.tuning import prefill_configs as pc
+
+    load_tree_kernels(site / "vllm")
+    launch = importlib.import_module(f"{PRIVATE_NAME}.prefill_launch")
+    cases = importlib.import_module(f"{PRIVATE_NAME}.prefill_cases")
+    wrong = launch.PrefillConfig(32, 16, 2, 1)
+
+    class Launch:
+        """The tree's launcher, with ``wrong`` made to compute garbage."""
+
+        def __getattr__(self, name):
+            return getattr(launch, name)
+
+        def prefix_prefill_triton(self, config=None, **args):
+            launch.prefix_prefill_triton(config=config, **args)
+            if config == wrong:
+                args["o"].mul_(1.5)
+
+    real = pc.prefill_candidates
+    if CUDA:
+        shape, points, more = Shape(8, 2, 128, "bfloat16"), [(2, 1024, 512)], 4
+    else:  # the interpreter: tiny shapes, two candidates besides the default
+        shape, points, more = Shape(4, 2, 32, "float32"), [(1, 20, 24)], 1
+        pc.CHECK_LENS = ((20, 40), (0, 9), (17, 1))
+    pc.prefill_candidates = lambda *a: [tuple(wrong)] + real(*a)[:more]
+    deployment = Deployment([shape], 4096, 8, "check")
+    tuner = pc.PrefillConfigTuner(
+        Launch(), cases, DEVICE, TIMER, Budget(None), Progress(1, enabled=False)
+    )
+    (entry,) = tuner.run_cases(deployment, points)
+    for c in entry["candidates"]:
+        print(c)
+    print("chosen:", entry["config"], entry["us"], "default:", entry["default"])
+    status = {tuple(c["config"]): c["status"] for c in entry["candidates"]}
+    bad = status.pop(tuple(wrong)) != "wrong"
+    bad += any(s != "ok" for s in status.values()) or len(status) < 2
+    bad += entry["us"] is None or entry["config"] == list(wrong)
+    print("skipped:", tuner.skipped)
+    return 1 if bad or tuner.skipped else 0
+
+
 if __name__ == "__main__":
     mode, site = sys.argv[1], Path(sys.argv[2])
-    sys.exit(check_prefill(site) if mode == "prefill" else check_decode(site))
+    checks = {
+        "prefill": check_prefill,
+        "decode": check_decode,
+        "prefill-configs": check_prefill_configs,
+    }
+    sys.exit(checks[mode](site))

@@ -120,9 +120,11 @@ def _run(
     from ..tuning import table
     from ..tuning.measure import DecodeTuner, measure_decode, plan_points
     from ..tuning.prefill import PrefillTuner, prefill_cases
+    from ..tuning.prefill_configs import measure_tree
     from ..tuning.progress import Budget, Progress
     from ..tuning.timing import Timer
     from ..tuning.tree_imports import TreeModules
+    from .verify import PRIVATE_NAME
 
     skipped: List[str] = []
     kernels = _load_kernels(tree.root, device, skipped)
@@ -140,6 +142,10 @@ def _run(
             prefill_budget = Budget(None if budget_s is None else budget_s * PREFILL_SHARE)
             prefill_tuner = PrefillTuner(modules, device, timer, prefill_budget, progress)
             prefill, warps = prefill_tuner.run(deployment)
+            # The bundled prefill kernel's launch configs (prefill_launch.PrefillConfig).
+            prefill_configs, config_skips = measure_tree(
+                PRIVATE_NAME, deployment, device, timer, budget_s, progress
+            )
             tuner = DecodeTuner(kernels, device, timer, budget, progress)
             decode = measure_decode(tuner, deployment, points)
         finally:
@@ -161,7 +167,8 @@ def _run(
     entry["decode"] = decode
     entry["prefill"] = prefill
     entry["prefill_num_warps"] = warps
-    entry["skipped"] = kernels.skipped + prefill_tuner.skipped
+    entry["prefill_configs"] = prefill_configs
+    entry["skipped"] = kernels.skipped + prefill_tuner.skipped + config_skips
     return entry
 
 

@@ -52,6 +52,7 @@ def device_header(
         "decode": [],
         "prefill": [],
         "prefill_num_warps": None,
+        "prefill_configs": [],
         "skipped": [],
     }
 
@@ -122,6 +123,21 @@ def summary_rows(device_entry: Dict[str, Any]) -> List[Dict[str, str]]:
                 "speedup": _speedup(entry.get("default_us"), entry.get("winner_us")),
             }
         )
+    for entry in device_entry.get("prefill_configs", []):
+        if entry.get("us") is None:
+            continue
+        chosen = entry.get("config")
+        rows.append(
+            {
+                "shape": f"d{entry['head_size_padded']} {entry['dtype']} prefill-configs",
+                "point": f"{len(entry.get('points', []))} cases (total)",
+                "default": f"{_us(entry.get('default_us'))} "
+                + ",".join(str(v) for v in entry["default"]),
+                "tuned": f"{_us(entry.get('us'))} "
+                + ("default" if chosen is None else ",".join(str(v) for v in chosen)),
+                "speedup": _speedup(entry.get("default_us"), entry.get("us")),
+            }
+        )
     return rows
 
 
@@ -132,6 +148,7 @@ def rejected(device_entry: Dict[str, Any]) -> Dict[str, int]:
         c for e in device_entry.get("decode", []) for p in e["points"] for c in p["candidates"]
     ]
     candidates += [c for e in device_entry.get("prefill", []) for c in e["candidates"]]
+    candidates += [c for e in device_entry.get("prefill_configs", []) for c in e["candidates"]]
     for candidate in candidates:
         if candidate.get("status") in counts:
             counts[candidate["status"]] += 1

@@ -1,0 +1,352 @@
+"""Launch configs of the bundled prefix-prefill kernel (ours, not the tree's), measured.
+
+``kernels/prefill_launch.py`` launches with a ``PrefillConfig(block_m, block_n,
+num_warps, num_stages)`` picked by padded head size and element width (``pick_config``:
+the built-in ``DEFAULT_CONFIGS``, or what a tuning file installed).  For every (padded
+head size, dtype) of the deployment's shapes this times the built-in default and a few
+candidates around it: single-step neighbours, the other heads' defaults and published
+starting points, each kept only where its shared memory (``shared_bytes``, an
+estimate) fits the device's per-program limit (48 KB, the BI-V100's, where the device
+does not say).  A candidate is timed (``timing.Timer``, eager, two input copies) only
+after it matched the float64 reference on a check case (every row) and on the first
+timed input (a sample of rows); a wrong or failing one is listed and never chosen.  The
+fastest in total over the deployment's prefill cases wins if it beats the default by
+``MARGIN``; the file then holds it under ``prefill_configs`` and the tree's launcher
+uses it (``tuned.prefill_configs``).  A default that wins is written as ``null``: the
+built-in table stays in charge.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from .decode_inputs import TOLERANCE
+from .measure import MARGIN, _failure
+from .prefill import prefill_cases
+from .progress import Budget, BudgetExhausted, Progress
+from .shapes import Deployment, Shape
+from .timing import Timer
+
+Config = Tuple[int, int, int, int]
+#: Shared memory per program where the device does not report its limit (BI-V100: 48 KB).
+DEFAULT_SHARED_LIMIT = 48 * 1024
+#: At most this many candidates besides the default, per (padded head, dtype).
+MAX_CANDIDATES = 12
+BLOCKS = (16, 32, 64, 128)
+WARPS = (2, 4, 8)
+STAGES = (1, 2, 3)
+#: Published starting points (issue #25): FlexAttention's H100 bf16 defaults for head
+#: 64 / 128 / 256, and the 64 x 64, one-stage tiles of an Iluvatar Triton fork.
+PUBLISHED: Tuple[Config, ...] = ((128, 128, 4, 3), (128, 64, 8, 3), (64, 32, 4, 3), (64, 64, 4, 1))
+#: (cached, new) tokens of the check case: several query tiles at every BLOCK_M tried
+#: (loops B and C), a context that is no multiple of the page, a context of 0, and one
+#: new token.
+CHECK_LENS: Tuple[Tuple[int, int], ...] = ((40, 150), (0, 33), (77, 1))
+ELEMENT_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+COPIES = 2
+
+
+def d_pad_of(head_size: int) -> int:
+    return max(16, 1 << max(0, (int(head_size) - 1).bit_length()))
+
+
+def shared_limit(device: str) -> int:
+    """Shared memory one program may use on ``device`` (opt-in maximum per block)."""
+    if not device.startswith("cuda"):
+        return DEFAULT_SHARED_LIMIT
+    try:
+        import torch
+
+        index = torch.cuda.current_device()
+        props = torch.cuda.get_device_properties(index)
+        value = getattr(props, "shared_memory_per_block_optin", None)
+        if value:
+            return int(value)
+        import triton
+
+        driver = triton.runtime.driver
+        utils = driver.active.utils if hasattr(driver, "active") else driver.utils
+        return int(utils.get_device_properties(index)["max_shared_mem"])
+    except Exception:
+        return DEFAULT_SHARED_LIMIT
+
+
+def _valid(config: Config) -> bool:
+    block_m, block_n, warps, stages = config
+    return (
+        block_m in BLOCKS
+        and block_n in BLOCKS
+        and block_m % block_n == 0
+        and warps in WARPS
+        and stages in STAGES
+    )
+
+
+def _neighbours(config: Config) -> List[Config]:
+    """Single-step changes of one field: tiles halved/doubled, warps, stages."""
+    block_m, block_n, warps, stages = config
+    out: List[Config] = []
+    for m in (block_m // 2, block_m * 2):
+        out.append((m, block_n, warps, stages))
+    for n in (block_n // 2, block_n * 2):
+        out.append((block_m, n, warps, stages))
+    for w in (warps // 2, warps * 2):
+        out.append((block_m, block_n, w, stages))
+    for s in (stages + 1, stages - 1):
+        out.append((block_m, block_n, warps, s))
+    return out
+
+
+def prefill_candidates(
+    launch: Any, default: Config, d_pad: int, elem_bytes: int, limit: int
+) -> List[Config]:
+    """Candidates other than ``default``, most promising first, without duplicates:
+    its neighbours, the built-in configs of the other head sizes, then ``PUBLISHED``;
+    only those valid for the kernel whose estimated shared memory fits ``limit``."""
+    seen = {tuple(default)}
+    chosen: List[Config] = []
+    pool = _neighbours(tuple(default)) + [tuple(c) for c in launch.DEFAULT_CONFIGS.values()]
+    for config in pool + list(PUBLISHED):
+        config = tuple(int(v) for v in config)
+        if config in seen or not _valid(config):
+            continue
+        seen.add(config)
+        if launch.shared_bytes(launch.PrefillConfig(*config), d_pad, elem_bytes) > limit:
+            continue
+        chosen.append(config)
+    return chosen[:MAX_CANDIDATES]
+
+
+def choose(results: Sequence[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    """The winning result: ``results[0]`` is the default; a candidate timed "ok" on every
+    point with the smallest total wins if it beats the default's total by ``MARGIN``.
+    None when the default itself has no time."""
+    default = results[0]
+    if default.get("status") != "ok" or default.get("us") is None:
+        return None
+    best = default
+    for result in results[1:]:
+        if result.get("status") == "ok" and result.get("us") is not None:
+            if result["us"] < best["us"]:
+                best = result
+    if best is not default and best["us"] > default["us"] * (1 - MARGIN):
+        return default
+    return best
+
+
+class PrefillConfigTuner:
+    """Times the bundled prefill kernel's launch configs through ``launch`` (the tree's
+    ``prefill_launch``) with inputs from ``cases`` (its ``prefill_cases``)."""
+
+    def __init__(
+        self,
+        launch: Any,
+        cases: Any,
+        device: str,
+        timer: Timer,
+        budget: Budget,
+        progress: Progress,
+        limit: Optional[int] = None,
+    ) -> None:
+        self.launch = launch
+        self.cases = cases
+        self.device = device
+        self.timer = timer
+        self.budget = budget
+        self.progress = progress
+        self.limit = shared_limit(device) if limit is None else int(limit)
+        self.skipped: List[str] = []
+
+    # ------------------------------------------------------------------ pieces
+
+    def _inputs(self, shape: Shape, lens: Sequence[Tuple[int, int]], seed: int) -> Dict[str, Any]:
+        from ..kernels.paged_inputs import torch_dtype
+
+        return self.cases.make_prefill_inputs(
+            list(lens), shape.num_heads, shape.num_kv_heads, shape.head_size,
+            dtype=torch_dtype(shape.dtype), device=self.device, alibi=shape.alibi, seed=seed,
+        )  # fmt: skip
+
+    def _launch(self, a: Dict[str, Any], config: Config) -> None:
+        self.launch.prefix_prefill_triton(
+            **self.cases.launch_arguments(a), config=self.launch.PrefillConfig(*config)
+        )
+
+    def _error(self, a: Dict[str, Any], config: Config, rows: Optional[List[int]]) -> float:
+        a["o"].fill_(float("nan"))
+        self._launch(a, config)
+        self.timer.sync()
+        return self.cases.prefill_error(a, a["o"], rows=rows, device=a["o"].device)
+
+    def _check(self, shape: Shape, check: Dict[str, Any], config: Config) -> Optional[str]:
+        """None when ``config`` matches the float64 reference on the check case."""
+        try:
+            err = self._error(check, config, None)
+        except Exception as exc:
+            return f"failed: {_failure(exc)}"
+        limit = TOLERANCE[shape.dtype]
+        return None if err < limit else f"wrong: relative error {err:.2e} > {limit:g}"
+
+    # ------------------------------------------------------------------ one group
+
+    def measure_group(
+        self,
+        d_pad: int,
+        dtype: str,
+        shapes: Sequence[Shape],
+        points: Sequence[Tuple[int, int, int]],
+    ) -> Optional[Dict[str, Any]]:
+        """One ``prefill_configs`` entry: every candidate over every (shape, point)."""
+        elem = ELEMENT_BYTES[dtype]
+        self.launch.set_prefill_configs({})  # the built-in table, not a file's
+        default = tuple(int(v) for v in self.launch.pick_config(d_pad, elem))
+        configs = [default] + prefill_candidates(self.launch, default, d_pad, elem, self.limit)
+        checks = {s: self._inputs(s, CHECK_LENS, seed=7) for s in shapes}
+        timed: List[Tuple[Shape, Tuple[int, int, int], List[Dict[str, Any]]]] = []
+        for shape in shapes:
+            for seqs, ctx, new in points:
+                lens = [(ctx, new)] * seqs
+                try:
+                    copies = [self._inputs(shape, lens, seed=s) for s in range(COPIES)]
+                except (RuntimeError, MemoryError) as exc:  # no memory for the inputs
+                    self.skipped.append(
+                        f"prefill configs {shape.label()} {seqs}x({ctx}+{new}): "
+                        f"no memory for the inputs ({_failure(exc)})"
+                    )
+                    continue
+                timed.append((shape, (seqs, ctx, new), copies))
+        if not timed:
+            return None
+        results: List[Dict[str, Any]] = []
+        try:
+            for config in configs:
+                self.budget.check()
+                self.progress.step(f"prefill config d{d_pad} {dtype} {config}")
+                results.append(self._measure(config, checks, timed))
+        except BudgetExhausted as exc:
+            self.skipped.append(
+                f"prefill configs d{d_pad} {dtype}: {exc} after {len(results)} of "
+                f"{len(configs)} configs; the rest were not measured"
+            )
+        if not results:
+            return None
+        winner = choose(results)
+        if winner is None:
+            self.skipped.append(
+                f"prefill configs d{d_pad} {dtype}: the default {list(default)} "
+                f"{results[0]['status']} ({results[0].get('reason')}); nothing chosen"
+            )
+        return {
+            "head_size_padded": d_pad,
+            "dtype": dtype,
+            "shapes": [s.label() for s in shapes],
+            "points": [
+                {"shape": s.label(), "num_seqs": p[0], "context_len": p[1], "query_len": p[2]}
+                for s, p, _ in timed
+            ],
+            "shared_limit": self.limit,
+            "default": list(default),
+            "default_us": results[0].get("us"),
+            "config": None if winner is None or winner is results[0] else winner["config"],
+            "us": None if winner is None else winner["us"],
+            "candidates": results,
+        }
+
+    def _measure(
+        self,
+        config: Config,
+        checks: Dict[Shape, Dict[str, Any]],
+        timed: Sequence[Tuple[Shape, Any, List[Dict[str, Any]]]],
+    ) -> Dict[str, Any]:
+        d_pad = d_pad_of(timed[0][0].head_size)
+        elem = ELEMENT_BYTES[timed[0][0].dtype]
+        cfg = self.launch.PrefillConfig(*config)
+        result: Dict[str, Any] = {
+            "config": list(config),
+            "shared_bytes": int(self.launch.shared_bytes(cfg, d_pad, elem)),
+        }
+        for shape, check in checks.items():
+            problem = self._check(shape, check, config)
+            if problem is not None:
+                status, _, reason = problem.partition(": ")
+                result.update(status=status, reason=reason, us=None)
+                return result
+        times: List[float] = []
+        try:
+            for shape, _, copies in timed:
+                first = copies[0]
+                err = self._error(first, config, self.cases.sample_rows(first))
+                if err >= TOLERANCE[shape.dtype]:
+                    result.update(
+                        status="wrong", reason=f"relative error {err:.2e} on the timed input",
+                        us=None,
+                    )  # fmt: skip
+                    return result
+                fns = [(lambda a=a: self._launch(a, config)) for a in copies]
+                times.append(self.timer.eager_us(fns))
+        except BudgetExhausted:
+            raise
+        except Exception as exc:
+            result.update(status="failed", reason=_failure(exc), us=None)
+            return result
+        result.update(status="ok", us=float(sum(times)), point_us=times)
+        return result
+
+    # ------------------------------------------------------------------ the deployment
+
+    def run(self, deployment: Deployment) -> List[Dict[str, Any]]:
+        return self.run_cases(deployment, prefill_cases(deployment))
+
+    def run_cases(
+        self, deployment: Deployment, points: Sequence[Tuple[int, int, int]]
+    ) -> List[Dict[str, Any]]:
+        """``prefill_configs`` entries, one per (padded head size, dtype) of the shapes."""
+        groups: Dict[Tuple[int, str], List[Shape]] = {}
+        for shape in deployment.shapes:
+            groups.setdefault((d_pad_of(shape.head_size), shape.dtype), []).append(shape)
+        entries: List[Dict[str, Any]] = []
+        try:
+            for (d_pad, dtype), shapes in groups.items():
+                entry = self.measure_group(d_pad, dtype, shapes, points)
+                if entry is not None:
+                    entries.append(entry)
+        finally:
+            self.launch.reset_prefill_configs()  # the process reads the tables again
+        return entries
+
+
+def group_count(deployment: Deployment) -> int:
+    """How many ``prefill_configs`` entries a run can write (for the progress bar)."""
+    return len({(d_pad_of(s.head_size), s.dtype) for s in deployment.shapes})
+
+
+#: The part of tune's budget these measurements may use (after the tree's warps).
+BUDGET_SHARE = 0.3
+
+
+def measure_tree(
+    package: str,
+    deployment: Deployment,
+    device: str,
+    timer: Timer,
+    budget_s: Optional[float],
+    progress: Progress,
+) -> Tuple[List[Dict[str, Any]], List[str]]:
+    """``prefill_configs`` entries for the tree whose kernels are imported as ``package``
+    (``verify``'s private name), and the reasons for what was not measured."""
+    import importlib
+
+    if not device.startswith("cuda"):
+        return [], ["prefill configs: the bundled prefill kernel is Triton; needs a CUDA device"]
+    try:
+        launch = importlib.import_module(f"{package}.prefill_launch")
+        cases = importlib.import_module(f"{package}.prefill_cases")
+        launch.set_prefill_configs  # noqa: B018  (kernels that predate tuned prefill configs)
+    except Exception as exc:
+        return [], [
+            "prefill configs: the tree's bundled prefill kernel does not import here "
+            f"({_failure(exc)}); not measured"
+        ]
+    budget = Budget(None if budget_s is None else budget_s * BUDGET_SHARE)
+    tuner = PrefillConfigTuner(launch, cases, device, timer, budget, progress)
+    return tuner.run(deployment), tuner.skipped

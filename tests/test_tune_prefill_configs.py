@@ -1,0 +1,274 @@
+"""Launch configs of the bundled prefill kernel: candidates, who may win (a fake launcher
+and a fake clock), the tuning file's ``prefill_configs`` round trip, and the launcher
+reading them back."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from typing import Any, Dict, NamedTuple, Optional
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from vllm_codemod.kernels import prefill_cases, tuning_table  # noqa: E402
+from vllm_codemod.kernels.prefill_torch import prefix_prefill_torch  # noqa: E402
+from vllm_codemod.tuning import prefill_configs as pc  # noqa: E402
+from vllm_codemod.tuning import table  # noqa: E402
+from vllm_codemod.tuning.progress import Budget, Progress  # noqa: E402
+from vllm_codemod.tuning.shapes import Deployment, Shape  # noqa: E402
+
+HAS_TRITON = importlib.util.find_spec("triton") is not None
+needs_triton = pytest.mark.skipif(not HAS_TRITON, reason="prefill_launch imports Triton")
+
+
+class PrefillConfig(NamedTuple):
+    block_m: int
+    block_n: int
+    num_warps: int
+    num_stages: int
+
+
+DEFAULT = PrefillConfig(64, 64, 4, 1)
+FAST = PrefillConfig(64, 32, 4, 1)  # 40% faster
+WRONG = PrefillConfig(32, 32, 4, 1)  # fastest, but computes garbage
+BROKEN = PrefillConfig(128, 64, 4, 1)  # fails to launch
+NOISE = PrefillConfig(64, 64, 8, 1)  # 1% faster: within the noise margin
+SPEED = {DEFAULT: 100.0, FAST: 60.0, WRONG: 10.0, NOISE: 99.0}
+
+
+class FakeLaunch:
+    """The parts of prefill_launch the tuner touches; runs the torch path."""
+
+    PrefillConfig = PrefillConfig
+    DEFAULT_CONFIGS = {64: DEFAULT, 128: DEFAULT}
+
+    def __init__(self, default: PrefillConfig = DEFAULT) -> None:
+        self.default = default
+        self.last: Optional[PrefillConfig] = None
+        self.installed: Any = "untouched"
+        self.reset = False
+
+    @staticmethod
+    def shared_bytes(config, d_pad, elem_bytes):
+        return (config.block_m + 2 * config.block_n * config.num_stages) * d_pad * elem_bytes
+
+    def set_prefill_configs(self, table):
+        self.installed = table
+
+    def reset_prefill_configs(self):
+        self.reset = True
+
+    def pick_config(self, d_pad, elem_bytes):
+        assert self.installed == {}, "the default must come from the built-in table"
+        return self.default
+
+    def prefix_prefill_triton(self, config=None, **args):
+        self.last = config
+        if config == BROKEN:
+            raise RuntimeError("out of resources: shared memory, Required: 300000")
+        prefix_prefill_torch(**args)
+        if config == WRONG:
+            args["o"].mul_(1.5)
+
+
+class FakeTimer:
+    device = "cpu"
+    cuda = False
+
+    def __init__(self, launch: FakeLaunch, budget: Optional[Budget] = None) -> None:
+        self.launch, self.budget, self.timed = launch, budget, []
+
+    def sync(self) -> None:
+        pass
+
+    def eager_us(self, fns) -> float:
+        for fn in fns:
+            fn()
+        self.timed.append(self.launch.last)
+        if self.budget is not None:
+            self.budget.seconds = 0  # the budget runs out after the first timing
+        return SPEED.get(self.launch.last, 200.0)
+
+
+SHAPE = Shape(4, 2, 64, "float32")
+DEPLOY = Deployment([SHAPE], 4096, 8, "test")
+POINTS = [(2, 20, 30)]
+
+
+def _tuner(candidates, monkeypatch, budget=None, default=DEFAULT):
+    monkeypatch.setattr(pc, "prefill_candidates", lambda *a: list(candidates))
+    monkeypatch.setattr(pc, "CHECK_LENS", ((20, 40), (0, 9), (17, 1)))
+    launch = FakeLaunch(default)
+    timer = FakeTimer(launch, budget)
+    tuner = pc.PrefillConfigTuner(
+        launch, prefill_cases, "cpu", timer, budget or Budget(None), Progress(1, enabled=False)
+    )
+    return tuner, launch, timer
+
+
+def _by_config(entry) -> Dict[tuple, Dict[str, Any]]:
+    return {tuple(c["config"]): c for c in entry["candidates"]}
+
+
+def test_fastest_correct_config_wins_and_the_rest_are_listed(monkeypatch):
+    tuner, launch, timer = _tuner([WRONG, BROKEN, NOISE, FAST], monkeypatch)
+    (entry,) = tuner.run_cases(DEPLOY, POINTS)
+    found = _by_config(entry)
+    assert found[tuple(WRONG)]["status"] == "wrong"
+    assert "relative error" in found[tuple(WRONG)]["reason"]
+    assert found[tuple(BROKEN)]["status"] == "failed"
+    assert "shared memory" in found[tuple(BROKEN)]["reason"]
+    assert WRONG not in timer.timed and BROKEN not in timer.timed  # checked before timed
+    assert entry["config"] == list(FAST) and entry["us"] == 60.0
+    assert entry["default"] == list(DEFAULT) and entry["default_us"] == 100.0
+    assert (entry["head_size_padded"], entry["dtype"]) == (64, "float32")
+    assert entry["points"] == [
+        {"shape": SHAPE.label(), "num_seqs": 2, "context_len": 20, "query_len": 30}
+    ]
+    assert found[tuple(FAST)]["shared_bytes"] == FakeLaunch.shared_bytes(FAST, 64, 4)
+    assert launch.reset  # the process reads the tuning tables again afterwards
+    assert table.rejected({"prefill_configs": [entry]}) == {"wrong": 1, "failed": 1}
+    (row,) = table.summary_rows({"prefill_configs": [entry]})
+    assert row["speedup"] == "1.67x" and "64,32,4,1" in row["tuned"]
+
+
+def test_noise_keeps_the_built_in_default(monkeypatch):
+    tuner, _, _ = _tuner([NOISE], monkeypatch)
+    (entry,) = tuner.run_cases(DEPLOY, POINTS)
+    assert entry["config"] is None and entry["us"] == 100.0  # null: the built-in table
+
+
+def test_a_wrong_default_chooses_nothing(monkeypatch):
+    tuner, _, _ = _tuner([FAST], monkeypatch, default=WRONG)
+    (entry,) = tuner.run_cases(DEPLOY, POINTS)
+    assert entry["config"] is None and entry["us"] is None
+    assert any("nothing chosen" in s for s in tuner.skipped)
+
+
+def test_a_spent_budget_keeps_what_was_measured(monkeypatch):
+    budget = Budget(1000.0)
+    tuner, _, _ = _tuner([FAST, NOISE], monkeypatch, budget=budget)
+    (entry,) = tuner.run_cases(DEPLOY, POINTS)
+    assert [c["config"] for c in entry["candidates"]] == [list(DEFAULT)]
+    assert entry["config"] is None
+    assert any("not measured" in s for s in tuner.skipped)
+
+
+def test_choose_totals_over_the_points():
+    ok = [{"status": "ok", "us": t, "config": [i]} for i, t in enumerate((100.0, 97.0, 90.0))]
+    assert pc.choose(ok)["config"] == [2]
+    assert pc.choose(ok[:2])["config"] == [1]  # 3% faster: beyond the 2% margin
+    assert pc.choose([ok[0], dict(ok[1], us=99.0)])["config"] == [0]  # 1%: noise
+    assert pc.choose([{"status": "wrong", "us": None}]) is None
+
+
+def test_groups_share_a_padded_head_size():
+    shapes = [Shape(32, 8, 128), Shape(16, 2, 96), Shape(16, 2, 256), Shape(8, 8, 128, "float16")]
+    assert pc.group_count(Deployment(shapes, 1024, 1, "t")) == 3
+    assert [pc.d_pad_of(h) for h in (24, 32, 80, 96, 128, 192, 256)] == [
+        32, 32, 128, 128, 128, 256, 256,
+    ]  # fmt: skip
+
+
+@needs_triton
+@pytest.mark.parametrize("elem", [2, 4])
+def test_candidates_fit_the_limit_and_the_kernel(elem):
+    from vllm_codemod.kernels import prefill_launch as launch
+
+    for d_pad in (32, 64, 128, 256):
+        default = tuple(launch.pick_config(d_pad, elem))
+        found = pc.prefill_candidates(launch, default, d_pad, elem, pc.DEFAULT_SHARED_LIMIT)
+        assert found and len(found) <= pc.MAX_CANDIDATES and default not in found
+        assert len(set(found)) == len(found)
+        for config in found:
+            cfg = launch.PrefillConfig(*config)
+            assert launch.shared_bytes(cfg, d_pad, elem) <= 48 * 1024, (d_pad, cfg)
+            assert cfg.block_m % cfg.block_n == 0 and cfg.block_n >= 16
+    # An H200's 227 KB admits the published three-stage configs the BI-V100's 48 KB does not.
+    wide = pc.prefill_candidates(launch, (64, 64, 4, 1), 128, 2, 227 * 1024)
+    narrow = pc.prefill_candidates(launch, (64, 64, 4, 1), 128, 2, 48 * 1024)
+    assert (128, 64, 8, 3) in wide and (128, 64, 8, 3) not in narrow
+
+
+def _document(entries):
+    entry = table.device_header("NVIDIA H200", [9, 0], {}, {}, {})
+    entry["prefill_configs"] = entries
+    return table.build_document(entry)
+
+
+def _entry(d_pad=128, dtype="bfloat16", config=(128, 64, 8, 2)):
+    return {
+        "head_size_padded": d_pad, "dtype": dtype, "shapes": [], "points": [],
+        "shared_limit": 232448, "default": [64, 64, 4, 1], "default_us": 10.0,
+        "config": None if config is None else list(config), "us": 8.0, "candidates": [],
+    }  # fmt: skip
+
+
+def test_file_round_trip(tmp_path):
+    path = tmp_path / "t.json"
+    entries = [_entry(), _entry(256, "float16", None), _entry(64, "float32", (32, 32, 2, 1))]
+    table.write(path, _document(entries))
+    device = tuning_table.load(path).for_device("NVIDIA H200")
+    assert device.prefill_configs == {(128, 2): (128, 64, 8, 2), (64, 4): (32, 32, 2, 1)}
+    # bf16 and fp16 share a key: the first entry in the file wins
+    both = [_entry(), _entry(128, "float16", (32, 16, 2, 1))]
+    assert table.validate(_document(both), "x").devices[0].prefill_configs == {
+        (128, 2): (128, 64, 8, 2)
+    }
+
+
+def test_files_without_the_section_mean_the_built_in_defaults(tmp_path):
+    document = _document([])
+    del document["devices"][0]["prefill_configs"]  # a file from before this section
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(document))
+    assert tuning_table.load(path).devices[0].prefill_configs == {}
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"config": [64, 48, 4, 1]}, "power of two"),
+        ({"config": [32, 64, 4, 1]}, "not a multiple"),
+        ({"config": [64, 64, 3, 1]}, "num_warps"),
+        ({"config": [64, 64, 4, 0]}, "num_stages"),
+        ({"config": [64, 64, 4]}, "4 fields"),
+        ({"head_size_padded": 96}, "head_size_padded"),
+        ({"dtype": "int8"}, "dtype"),
+    ],
+)
+def test_bad_prefill_configs_are_rejected(change, message):
+    bad = dict(_entry(), **change)
+    with pytest.raises(Exception) as info:
+        table.validate(_document([bad]), "bad.json")
+    assert message in str(info.value) and "prefill_configs[0]" in str(info.value)
+
+
+@needs_triton
+def test_the_launcher_reads_the_tables_once(tmp_path, monkeypatch):
+    from vllm_codemod.kernels import prefill_launch as launch
+    from vllm_codemod.kernels import tuned
+
+    path = tmp_path / "tuning.json"
+    table.write(path, _document([_entry()]))
+    monkeypatch.setattr(tuned, "TABLE_FILE", str(path))
+    monkeypatch.setattr(tuned, "BUNDLED_FILES", ())
+    monkeypatch.setattr(tuned, "_state", {"present": None, "tables": None, "devices": {}})
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=None: "NVIDIA H200")
+    assert tuned.prefill_configs(torch.device("cpu")) == {}
+    assert tuned.prefill_configs(torch.device("cuda", 0)) == {(128, 2): (128, 64, 8, 2)}
+
+    built_in = launch.pick_config(128, 2)
+    launch.reset_prefill_configs()
+    try:
+        launch._read_tables(torch.device("cuda", 0))
+        assert launch.pick_config(128, 2) == launch.PrefillConfig(128, 64, 8, 2)
+        assert launch.pick_config(128, 4) == launch.pick_config(128, 4)  # unmeasured: built in
+        assert launch.pick_config(64, 2) == launch.DEFAULT_CONFIGS[64]
+        assert launch._tables_read[0]
+        launch.set_prefill_configs(None)
+        assert launch.pick_config(128, 2) == built_in
+    finally:
+        launch.reset_prefill_configs()
