@@ -90,7 +90,12 @@ def test_diff_hunks_rebuild_the_new_file(fork):
 
 def test_list():
     names = [t["name"] for t in document("list", code=0)["transforms"]]
-    assert names == ["paged-attention-v2", "v2-dispatch", "prefix-prefill-warps"]
+    assert names == [
+        "paged-attention-v2",
+        "v2-dispatch",
+        "prefix-prefill-warps",
+        "prefix-prefill-route",
+    ]
 
 
 def test_tune_config_both_modes(tmp_path):

@@ -78,7 +78,7 @@ def test_apply_reports_what_it_did_never_pending(tmp_path):
     )
     fork = copy_fixture(FORK, tmp_path / "fork")
     text = run("apply", "--site-packages", str(fork)).output
-    assert "pending" not in text and text.count(" applied\n") == 3, text
+    assert "pending" not in text and text.count(" applied\n") == 4, text
     again = json.loads(run("apply", *tree, "--json").output)
     assert {t["name"]: t["outcome"] for t in again["transforms"]}["prefix-prefill-warps"] == (
         "already applied"

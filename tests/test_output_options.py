@@ -95,12 +95,22 @@ def click_unstyle(text: str) -> str:
 
 def test_logging_level_follows_quiet_and_verbose():
     logger = logging.getLogger(LOGGER_NAME)
-    assert configure_logging(-1).level == logging.ERROR
-    assert configure_logging(0).level == logging.WARNING
-    assert configure_logging(1).level == logging.INFO
-    assert configure_logging(2).level == logging.DEBUG
-    ours = [h for h in logger.handlers if getattr(h, "_vllm_codemod", False)]
-    assert len(ours) == 1  # replaced, never stacked
+
+    def ours():
+        return [h for h in logger.handlers if getattr(h, "_vllm_codemod", False)]
+
+    levels = ((-1, logging.ERROR), (0, logging.WARNING), (1, logging.INFO), (2, logging.DEBUG))
+    for verbosity, expected in levels:
+        before = (logger.level, logger.propagate)
+        restore = configure_logging(verbosity)
+        assert logger.level == expected and len(ours()) == 1
+        restore()  # what the command runs on close: the caller's logging as it was
+        assert (logger.level, logger.propagate) == before and not ours()
+    first = configure_logging(1)
+    second = configure_logging(2)
+    assert len(ours()) == 1  # replaced, never stacked
+    second()
+    first()
 
 
 def test_a_log_record_reaches_stderr_only_at_its_level(fork, monkeypatch):

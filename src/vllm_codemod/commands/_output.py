@@ -67,13 +67,16 @@ def resolve_color(flag: Optional[bool]) -> Optional[bool]:
     return None
 
 
-def configure_logging(verbosity: int) -> logging.Logger:
+def configure_logging(verbosity: int) -> Callable[[], None]:
     """Route the ``vllm_codemod`` logger to stderr at the level -q/-v asked for.
 
     One handler, replaced on every run, so repeated in-process runs (tests, the
-    Python API) neither duplicate lines nor write to a stale stderr.
+    Python API) neither duplicate lines nor write to a stale stderr.  Returns the undo
+    (the command registers it to run on close): an in-process run must not leave the
+    logger silenced or detached from the root for the caller's own logging.
     """
     logger = logging.getLogger(LOGGER_NAME)
+    before = (logger.level, logger.propagate)
     for handler in list(logger.handlers):
         if getattr(handler, "_vllm_codemod", False):
             logger.removeHandler(handler)
@@ -91,7 +94,13 @@ def configure_logging(verbosity: int) -> logging.Logger:
         else logging.DEBUG
     )
     logger.propagate = False
-    return logger
+
+    def restore() -> None:
+        logger.removeHandler(handler)
+        logger.setLevel(before[0])
+        logger.propagate = before[1]
+
+    return restore
 
 
 def current_output() -> Output:
@@ -121,7 +130,7 @@ def reporting(command: str) -> Callable[[Callable[..., Report]], Callable[..., N
                 raise click.UsageError("pass -q or -v, not both")
             output = Output(as_json, -1 if quiet else verbose, resolve_color(color))
             ctx.find_root().meta[_META_KEY] = output
-            configure_logging(output.verbosity)
+            ctx.call_on_close(configure_logging(output.verbosity))
             try:
                 report = func(*args, **kwargs)
             except Exception as exc:
