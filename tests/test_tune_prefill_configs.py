@@ -272,3 +272,14 @@ def test_the_launcher_reads_the_tables_once(tmp_path, monkeypatch):
         assert launch.pick_config(128, 2) == built_in
     finally:
         launch.reset_prefill_configs()
+
+
+def test_every_built_in_config_fits_48_kb_by_estimate():
+    """The default path must run on the BI-V100 (48 KB per program); the compile check
+    (scripts/check_triton_compile.py --kernels prefill) measures the real figure."""
+    from vllm_codemod.kernels import prefill_launch as launch
+
+    for d_pad in (32, 64, 128, 256):
+        for elem in (2, 4):
+            config = launch.pick_config(d_pad, elem)
+            assert launch.shared_bytes(config, d_pad, elem) <= 48 * 1024, (d_pad, elem, config)
