@@ -9,8 +9,15 @@
 # (Python 3.8 or newer).
 #
 # Build arguments (all optional):
-#   VLLM_CODEMOD_ARGS  options for `vllm-codemod apply` (and the `check` after it), e.g.
-#                      "--num-warps 8" or "--skip prefix-prefill-warps --v2-threshold 4096"
+#   VLLM_CODEMOD_ARGS  options for `vllm-codemod apply` and the `check` after it: those
+#                      both take (--only, --skip, --force, --num-warps, --v2-threshold),
+#                      e.g. "--num-warps 8" or "--skip prefix-prefill-warps --v2-threshold 4096"
+#   VLLM_CODEMOD_APPLY_ARGS  options for `apply` only, e.g. "--discard-local-changes"
+#   VLLM_CODEMOD_CHECK_ARGS  options for `check` only (both `check` steps)
+#   VLLM_CODEMOD_TUNING  the name of a tuning file (from `vllm-codemod tune`, run on the
+#                      target accelerator) in the build context "tuning"; it is copied to
+#                      /usr/local/share/vllm-codemod/tuning.json and passed to `apply` as
+#                      --tuning (the build fails if it is not there); see below
 #   RUN_CONFIG         a run config YAML already in the image, retuned with `tune-config`
 #   TUNE_CONFIG_ARGS   options for `tune-config`, e.g. "--set gpu-memory-utilization=0.9"
 #   VLLM_VERSION       the base image's vLLM version, for the image label; when given,
@@ -26,15 +33,28 @@
 #   docker run --rm -v "$PWD:/src" -w /src <vendor image> \
 #       python3 -m pip download -d wheelhouse . setuptools
 #   docker build --build-context wheelhouse=./wheelhouse ... .
+#
+# A tuning file: measure on the target (`vllm-codemod tune` with the image's python and
+# the GPU it will serve on), put the file in a directory, and pass that directory as the
+# build context "tuning" and the file's name as VLLM_CODEMOD_TUNING:
+#   vllm-codemod tune --model-config /models/m --output tuning/h200.json     # on the target
+#   docker build --build-context tuning=./tuning \
+#       --build-arg VLLM_CODEMOD_TUNING=h200.json ... .
 
 # An empty wheelhouse unless --build-context wheelhouse=DIR replaces this stage.
 FROM scratch AS wheelhouse
+
+# No tuning file unless --build-context tuning=DIR replaces this stage.
+FROM scratch AS tuning
 
 ARG BASE_IMAGE=localhost/corex-vllm:bi-v100
 FROM ${BASE_IMAGE}
 
 ARG VLLM_CODEMOD_VERSION=0.1.0
 ARG VLLM_CODEMOD_ARGS=""
+ARG VLLM_CODEMOD_APPLY_ARGS=""
+ARG VLLM_CODEMOD_CHECK_ARGS=""
+ARG VLLM_CODEMOD_TUNING=""
 ARG RUN_CONFIG=""
 ARG TUNE_CONFIG_ARGS=""
 ARG VLLM_VERSION=""
@@ -62,16 +82,26 @@ RUN --mount=type=bind,source=.,target=/tmp/vllm-codemod,rw \
         echo "vllm-codemod: error: installed $installed but VLLM_CODEMOD_VERSION (the image label) is ${VLLM_CODEMOD_VERSION}; pass --build-arg VLLM_CODEMOD_VERSION=$installed" >&2; \
         exit 2; fi
 
-# Patch the image's own vllm (located without importing it), fail the build if
-# anything is still pending or conflicting, record what was patched, then run the
-# patched tree's kernels against a float64 reference: a mismatch fails the build
-# with verify's one-line reason.  Triton's cache (GPU builders only) is not kept.
+# Patch the image's own vllm (located without importing it), with the tuning file if
+# one was given (kept in the image beside check.json), fail the build if anything is
+# still pending or conflicting, record what was patched, then run the patched tree's
+# kernels against a float64 reference: a mismatch fails the build with verify's
+# one-line reason.  Triton's cache (GPU builders only) is not kept.
 # hadolint ignore=SC2086
-RUN export TRITON_CACHE_DIR=/tmp/vllm-codemod-triton \
-    && vllm-codemod apply ${VLLM_CODEMOD_ARGS} \
-    && vllm-codemod check ${VLLM_CODEMOD_ARGS} \
+RUN --mount=type=bind,from=tuning,target=/tmp/tuning-context \
+    export TRITON_CACHE_DIR=/tmp/vllm-codemod-triton \
     && mkdir -p /usr/local/share/vllm-codemod \
-    && vllm-codemod check --json ${VLLM_CODEMOD_ARGS} > /usr/local/share/vllm-codemod/check.json \
+    && tuning="" \
+    && if [ -n "${VLLM_CODEMOD_TUNING}" ]; then \
+        if [ ! -f "/tmp/tuning-context/${VLLM_CODEMOD_TUNING}" ]; then \
+            echo "vllm-codemod: error: VLLM_CODEMOD_TUNING=${VLLM_CODEMOD_TUNING}: no such file in the build context tuning; pass --build-context tuning=DIR, DIR holding the file that vllm-codemod tune wrote" >&2; \
+            exit 2; fi \
+        && cp "/tmp/tuning-context/${VLLM_CODEMOD_TUNING}" /usr/local/share/vllm-codemod/tuning.json \
+        && tuning="--tuning /usr/local/share/vllm-codemod/tuning.json"; fi \
+    && vllm-codemod apply ${VLLM_CODEMOD_ARGS} ${VLLM_CODEMOD_APPLY_ARGS} $tuning \
+    && vllm-codemod check ${VLLM_CODEMOD_ARGS} ${VLLM_CODEMOD_CHECK_ARGS} \
+    && vllm-codemod check --json ${VLLM_CODEMOD_ARGS} ${VLLM_CODEMOD_CHECK_ARGS} \
+        > /usr/local/share/vllm-codemod/check.json \
     && patched="$(python3 -c 'import json, sys; print(json.load(sys.stdin)["version"])' \
         < /usr/local/share/vllm-codemod/check.json)" \
     && if [ -n "${VLLM_VERSION}" ] && [ "$patched" != "${VLLM_VERSION}" ]; then \

@@ -256,6 +256,10 @@ class Build:
         self.pip_log = tmp_path / "pip.jsonl"
         self.wheelhouse = tmp_path / "wheelhouse"
         self.wheelhouse.mkdir()
+        # The build context "tuning" (--build-context tuning=DIR); empty unless a test
+        # puts a tuning file in it.
+        self.tuning_context = tmp_path / "tuning-context"
+        self.tuning_context.mkdir()
         if wheelhouse:
             (self.wheelhouse / "libcst-1.1.0-py3-none-any.whl").write_bytes(b"")
         bin_dir = tmp_path / "bin"
@@ -289,6 +293,7 @@ class Build:
             "/tmp/vllm-codemod-triton": str(self.tmp / "triton"),
             "/tmp/vllm-codemod": str(REPO),
             "/tmp/wheelhouse": str(self.wheelhouse),
+            "/tmp/tuning-context": str(self.tuning_context),
             "/usr/local/share/vllm-codemod": str(self.record),
         }
         # Every image path must have a stand-in here.  Checked on the image's script, not
@@ -412,3 +417,85 @@ def test_image_paths_refuse_an_image_path_that_has_no_local_stand_in(tmp_path):
         build.image_paths("cp /tmp/vllm-codemod/x /tmp/unmapped/y")
     with pytest.raises(AssertionError, match="/usr/lib/other"):
         build.image_paths("cat /usr/lib/other")
+
+
+def _tuning_document(warps: int) -> dict:
+    """A small tuning file as `vllm-codemod tune` writes one (one device, one point)."""
+    return {
+        "schema_version": 1,
+        "generator": "test",
+        "devices": [
+            {
+                "device": {"name": "NVIDIA H200", "capability": [9, 0]},
+                "decode": [
+                    {
+                        "num_heads": 32,
+                        "num_kv_heads": 8,
+                        "head_size": 128,
+                        "dtype": "bfloat16",
+                        "num_seqs": 1,
+                        "points": [
+                            {"max_seq_len": 4096, "winner": {"backend": "v2", "config": None}}
+                        ],
+                    }
+                ],
+                "prefill": [],
+                "prefill_num_warps": warps,
+            }
+        ],
+    }
+
+
+def test_a_tuning_file_from_the_tuning_context_is_baked_in(tmp_path):
+    """VLLM_CODEMOD_TUNING names a file in the build context "tuning": it is kept in the
+    image, `apply` gets it as --tuning, and the checks after it (which take no --tuning)
+    pass.  VLLM_CODEMOD_ARGS still reaches both apply and check."""
+    build = Build(tmp_path, verify="stub")
+    table = build.tuning_context / "h200.json"
+    table.write_text(json.dumps(_tuning_document(warps=2), indent=1))
+    steps = build.run(
+        {"VLLM_CODEMOD_TUNING": "h200.json", "VLLM_CODEMOD_ARGS": "--v2-threshold 4096"}
+    )
+    for proc in steps:
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert len(steps) == len(run_scripts(DOCKERFILE.read_text()))
+    kept = build.record / "tuning.json"
+    assert kept.read_bytes() == table.read_bytes()
+    shipped = build.site / "vllm" / "_codemod_kernels" / "tuning.json"
+    assert json.loads(shipped.read_text()) == json.loads(table.read_text())
+    prefill = (build.site / "vllm/attention/ops/prefix_prefill.py").read_text()
+    assert "NUM_WARPS = 2" in prefill  # the table's warps
+    manifest = json.loads((build.site / "vllm/.vllm-codemod/manifest.json").read_text())
+    assert manifest["options"]["tuning"]["source"] == str(kept)
+    cli = [sys.executable, "-m", "vllm_codemod", "check", "--site-packages", str(build.site)]
+    assert subprocess.run([*cli, "--v2-threshold", "4096"], capture_output=True).returncode == 0
+    assert json.loads((build.record / "check.json").read_text())["exit_code"] == 0
+
+
+def test_a_tuning_file_missing_from_the_tuning_context_fails_the_build(tmp_path):
+    build = Build(tmp_path, verify="stub")
+    steps = build.run({"VLLM_CODEMOD_TUNING": "h200.json"})
+    assert steps[-1].returncode == 2
+    (line,) = steps[-1].stderr.strip().splitlines()
+    assert line.startswith("vllm-codemod: error: VLLM_CODEMOD_TUNING=h200.json: no such file")
+    assert "--build-context tuning=DIR" in line
+    assert not (build.site / "vllm" / ".vllm-codemod").exists()  # nothing patched
+
+
+def test_apply_and_check_args_reach_only_their_own_command(tmp_path):
+    """--no-tuning is apply's alone (check would refuse it); a check-only --skip leaves
+    apply patching every transform."""
+    build = Build(tmp_path, verify="stub")
+    steps = build.run(
+        {
+            "VLLM_CODEMOD_APPLY_ARGS": "--no-tuning",
+            "VLLM_CODEMOD_CHECK_ARGS": "--skip prefix-prefill-route",
+        }
+    )
+    for proc in steps:
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    record = json.loads((build.record / "check.json").read_text())
+    checked = {row["name"] for row in record["transforms"]}
+    assert "prefix-prefill-route" not in checked and "v2-dispatch" in checked
+    cli = [sys.executable, "-m", "vllm_codemod", "check", "--site-packages", str(build.site)]
+    assert subprocess.run(cli, capture_output=True).returncode == 0  # route applied too

@@ -202,3 +202,54 @@ def test_a_malformed_answer_from_the_child_is_an_environment_problem(tmp_path, a
     (line,) = result.output.splitlines()
     assert line.startswith(f"vllm-codemod: error: --python {script}: malformed answer"), line
     assert what in line, line
+
+
+@pytest.fixture
+def patched_copy(tmp_path) -> Path:
+    """A patched copy of the fork fixture, outside any interpreter's import path."""
+    site = tmp_path / "patched"
+    shutil.copytree(FIXTURES / FORK, site)
+    assert run("apply", "--site-packages", str(site)).exit_code == 0
+    return site
+
+
+@pytest.mark.parametrize("flag", ["--site-packages", "--vllm-root"])
+def test_verify_runs_a_named_tree_under_that_interpreter(tmp_path, patched_copy, flag):
+    """--python beside --site-packages/--vllm-root: that tree's kernels, checked in that
+    interpreter (apply takes --python to find the tree; verify also runs there)."""
+    # The fake interpreter answers with the kernel package it was asked to check.
+    body = f"print(json.dumps({{'results': [dict({GOOD_RESULT!r}, shape=sys.argv[4])]}}))\n"
+    script = _fake_python(tmp_path / "fake", body)
+    where = patched_copy if flag == "--site-packages" else patched_copy / "vllm"
+    result = _verify_in_subprocess(script, flag, str(where), "--json")
+    assert result.returncode == 0, result.stderr
+    payload = json.loads(result.stdout)
+    assert payload["vllm_root"] == str(patched_copy / "vllm")
+    assert [r["shape"] for r in payload["results"]] == [
+        str(patched_copy / "vllm" / "_codemod_kernels")
+    ]
+
+
+def test_verify_a_named_tree_with_this_interpreter_as_python(patched_copy):
+    pytest.importorskip("torch")
+    site = str(patched_copy)
+    here = ["--python", sys.executable, "--device", "cpu", "--json"]
+    result = run("verify", "--site-packages", site, *here)
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.output)
+    assert payload["ok"] is True and {r["path"] for r in payload["results"]} == {"torch"}
+    assert not list((patched_copy / "vllm" / "_codemod_kernels").rglob("*.pyc"))
+
+
+def test_verify_a_named_tree_needs_torch_in_that_interpreter(venv_with_vllm, patched_copy):
+    """The venv has no torch: the error comes from the child, so it ran there."""
+    result = run("verify", "--site-packages", str(patched_copy), "--python", str(venv_with_vllm))
+    assert result.exit_code == 2, result.output
+    (line,) = result.output.splitlines()
+    assert f"--python {venv_with_vllm}: verify needs torch in that interpreter" in line
+
+
+def test_other_commands_still_take_one_tree_option(venv_with_vllm, patched_copy):
+    result = run("check", "--site-packages", str(patched_copy), "--python", str(venv_with_vllm))
+    assert result.exit_code == 2
+    assert "pass only one" in result.output

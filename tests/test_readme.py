@@ -70,6 +70,42 @@ def test_try_it_commands_work_verbatim_twice(tmp_path):
     assert not (Path(scratch) / "corex-0.8.3").exists(), "cp -r nested the copy"
 
 
+def section_transcripts(heading: str) -> List[List[str]]:
+    """The ```text blocks under a ``## heading`` that start with ``$ command``."""
+    text = README.read_text(encoding="utf-8")
+    start = text.index(f"## {heading}\n")
+    end = text.find("\n## ", start + 1)
+    body = text[start : end if end != -1 else len(text)]
+    blocks = re.findall(r"```text\n(.*?)```", body, flags=re.DOTALL)
+    return [b.splitlines() for b in blocks if b.startswith("$ ")]
+
+
+_STAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00")
+
+
+def test_try_it_status_output_is_what_status_prints(tmp_path):
+    """The pasted ``status`` screens are real: each pasted line (``...`` elides) is a line
+    of the command's output, in order; the time of the patch is the run's own."""
+    transcripts = section_transcripts("Try it on the embedded fork tree")
+    assert len(transcripts) == 2, "the demo's status screen and a live one"
+    scratch = str(tmp_path / "site")
+    for command in section_commands("Try it on the embedded fork tree"):
+        if command.startswith(("rm -rf /tmp/site", "vllm-codemod apply")):
+            assert _bash(command.replace("/tmp/site", scratch)).returncode == 0
+    for lines in transcripts:
+        command = lines[0][2:].replace("/tmp/site", scratch)
+        proc = _bash(command)
+        assert proc.returncode == 0, proc.stderr
+        printed = [_STAMP.sub("TIME", line.rstrip()) for line in proc.stdout.splitlines()]
+        rest = iter(printed)
+        for pasted in lines[1:]:
+            if pasted == "...":
+                continue
+            want = _STAMP.sub("TIME", pasted.replace("/tmp/site", scratch).rstrip())
+            assert any(line == want for line in rest), f"{lines[0]}: not printed: {want}"
+    assert "live       no:" in transcripts[0][-1] and "live       yes:" in "".join(transcripts[1])
+
+
 def test_diff_help_examples_run_on_the_embedded_fork():
     helped = _bash("vllm-codemod diff --help")
     assert helped.returncode == 0, helped.stderr

@@ -141,3 +141,69 @@ def test_device_session_script_is_valid_bash_without_a_shim():
     text = script.read_text()
     assert "PYTHONPATH" not in text
     assert "pip install" in text and "-e ." in text
+
+
+_HOST_AB = """
+import json, sys
+from pathlib import Path
+import host_ab
+out = {}
+for label, where in json.loads(sys.argv[1]).items():
+    try:
+        found = host_ab.kernels_dir(Path(where))
+        dispatch = host_ab.load_kernels(Path(where), name="_old_" + label)
+        out[label] = [str(found), dispatch.__file__, callable(dispatch.paged_attention_v2)]
+    except LookupError as exc:
+        out[label] = ["missing", str(exc)]
+opts = host_ab.parse_args(["--old", sys.argv[2], "--rounds", "3"])
+out["args"] = [str(opts.old), opts.rounds, opts.calls]
+try:
+    host_ab.parse_args(["--old", sys.argv[3]])
+except SystemExit as exc:
+    out["refused"] = exc.code
+print(json.dumps(out))
+"""
+
+
+def test_host_ab_old_takes_a_checkout_an_installed_tree_or_a_kernels_directory(tmp_path):
+    """``--old DIR`` finds the kernel package in DIR and loads it by path (no PYTHONPATH)."""
+    if importlib.util.find_spec("torch") is None:
+        pytest.skip("benchmarks/host_ab.py needs torch")
+    from click.testing import CliRunner
+
+    from treeutil import copy_fixture
+    from vllm_codemod.cli import cli
+
+    site = copy_fixture("bi-v100/corex-0.8.3", tmp_path)
+    assert CliRunner().invoke(cli, ["apply", "--site-packages", str(site)]).exit_code == 0
+    places = {
+        "checkout": str(REPO),
+        "kernels": str(REPO / "kernels"),
+        "patched": str(site),
+        "vllm": str(site / "vllm"),
+        "empty": str(tmp_path / "empty"),
+    }
+    (tmp_path / "empty").mkdir()
+    proc = subprocess.run(
+        [sys.executable, "-c", _HOST_AB, json.dumps(places), str(REPO), places["empty"]],
+        cwd=REPO / "benchmarks",
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.splitlines()[-1])
+    bundled = str(site / "vllm" / "_codemod_kernels")
+    for label, package in [
+        ("checkout", REPO / "kernels"),
+        ("kernels", REPO / "kernels"),
+        ("patched", bundled),
+        ("vllm", bundled),
+    ]:
+        found, dispatch_file, callable_ = out[label]
+        assert Path(found) == Path(package).resolve(), label
+        assert Path(dispatch_file) == Path(package).resolve() / "dispatch.py", label
+        assert callable_ is True
+    assert out["empty"][0] == "missing" and "no kernel package in it" in out["empty"][1]
+    # --old is resolved while parsing: a directory without kernels is a usage error.
+    assert out["args"] == [str((REPO / "kernels").resolve()), 3, 1000]
+    assert out["refused"] == 2 and "argument --old" in proc.stderr

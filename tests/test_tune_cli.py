@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -62,6 +63,30 @@ def test_tune_on_cpu_writes_a_valid_file_and_leaves_the_tree_alone(patched, tmp_
     device = tuning_table.load(out).for_device("cpu")
     assert device.decide(1, 4, 2, 64, 700, "bfloat16") == tuning_table.Decision("v2", None)
     assert device.decide(1, 4, 2, 64, 2000, "bfloat16") is None
+
+
+def test_printed_times_are_the_files_microseconds(patched, tmp_path):
+    """Issue #26 said the table printed microseconds under an ms header.  The header names
+    no unit; each time carries its own, and it is the file's ``us`` value as measured."""
+    out = tmp_path / "tuning.json"
+    result = run("tune", "--site-packages", str(patched), *TINY, "--output", str(out))
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    header = next(line for line in lines if line.split()[:2] == ["shape", "point"])
+    assert header.split()[2:] == ["default", "->", "tuned", "speedup"]
+    assert "ms" not in result.output.split()
+    entry = json.loads(out.read_text())["devices"][0]
+    expected = [
+        (f"{p['default']['us']:.1f}us", f"{p['winner']['us']:.1f}us")
+        for e in entry["decode"]
+        for p in e["points"]
+    ]
+    printed = [
+        tuple(re.findall(r"\s(-|[0-9.]+us)(?=\s)", line)[:2])
+        for line in lines[lines.index(header) + 1 :]
+        if " x " in line
+    ]
+    assert printed == expected and expected
 
 
 def test_tune_json_report(patched, tmp_path):

@@ -18,7 +18,7 @@ import click
 from ..errors import CodemodError
 from ..report import Report
 from ..transforms import bundle_directories
-from ._common import open_tree, tree_options
+from ._common import _from_environment, open_tree, tree_options
 from ._output import current_output, reporting
 
 PRIVATE_NAME = "_vllm_codemod_verify_kernels"
@@ -116,6 +116,17 @@ def _selfcheck_under(
     return run_selfcheck_in(python, package, device, quick, seed, progress)
 
 
+def _tree_to_verify(site_packages: Any, vllm_root: Any, python: Any) -> Any:
+    """For verify, --python also names the interpreter that runs the check: beside
+    --site-packages or --vllm-root it only does that (the other option names the tree)."""
+    named = vllm_root is not None or (
+        site_packages is not None and not _from_environment("site_packages")
+    )
+    if python is not None and named:
+        return open_tree(site_packages, vllm_root)
+    return open_tree(site_packages, vllm_root, python)
+
+
 @click.command(
     epilog="""\b
 Exit status: 0 every shape within tolerance, 2 a shape out of tolerance or failing
@@ -125,6 +136,7 @@ Examples:
   vllm-codemod verify                       # the current interpreter's vllm, best device
   vllm-codemod verify --device cpu --json
   vllm-codemod verify --python /opt/venv/bin/python   # with that interpreter's torch
+  vllm-codemod verify --site-packages DIR --python /opt/venv/bin/python   # DIR's kernels there
 """
 )
 @tree_options
@@ -141,8 +153,12 @@ Examples:
 def verify(
     site_packages: Any, vllm_root: Any, python: Any, device: str, full: bool, seed: int
 ) -> Report:
-    """Run the kernels installed in the patched tree against a float64 reference."""
-    tree = open_tree(site_packages, vllm_root, python)
+    """Run the kernels installed in the patched tree against a float64 reference.
+
+    With --python the check runs under that interpreter; the tree is the one
+    --site-packages or --vllm-root names, else the vllm that interpreter imports.
+    """
+    tree = _tree_to_verify(site_packages, vllm_root, python)
     progress = ProgressLine() if current_output().interactive else None
     try:
         if python is not None:
