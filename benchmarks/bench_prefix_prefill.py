@@ -233,7 +233,7 @@ def bench_case(name: str, peak: float, args, trees) -> Dict[str, Any]:
     a = make(seqs, ctx, new, hq, hkv, d, args)
     work = flops(seqs, ctx, new, hq, d)
     d_pad = max(1 << (d - 1).bit_length(), 16)
-    default = pick_config(d_pad, a["q"].element_size())
+    default = pick_config(d_pad, a["q"].element_size(), a["k_cache"].element_size() == 1)
     print(f"{name}: {work / 1e12:.2f} TFLOP, default config {tuple(default)}", flush=True)
     rows = [row_of(f"ours {tuple(default)}", a, ours(a), work, peak)]
     for cfg in args.config:

@@ -95,6 +95,7 @@ def _context_tile(
     stride_kcb, stride_kct, stride_vcb, stride_vct,
     HEAD_SIZE: tl.constexpr, D_PAD: tl.constexpr, PAGE: tl.constexpr, MASK: tl.constexpr,
     FP8: tl.constexpr, ALIBI: tl.constexpr, WINDOW: tl.constexpr,
+    K_RUN: tl.constexpr, V_RUN: tl.constexpr,
 ):  # fmt: skip
     """One tile of cached keys: one block-table entry per page, K^T [D, N] and V [N, D].
 
@@ -107,8 +108,16 @@ def _context_tile(
     else:
         blk = tl.load(bt_row + k_idx // PAGE).to(tl.int64)
     t_in = k_idx % PAGE
-    k_ptrs = kc_base + (blk * stride_kcb + t_in * stride_kct)[None, :] + k_d[:, None]
-    v_ptrs = vc_base + (blk * stride_vcb + t_in * stride_vct)[:, None] + v_d[None, :]
+    k_tok = blk * stride_kcb + t_in * stride_kct
+    v_tok = blk * stride_vcb + t_in * stride_vct
+    # The block numbers are loaded values, so the compiler cannot see that one page of
+    # V is a contiguous run of tokens, nor that K's tokens start on x-element
+    # boundaries; without these facts V is read one element per load and neither
+    # tile is pipelined.  The launcher sets the runs only where the strides allow them.
+    k_tok = tl.multiple_of(k_tok, K_RUN)
+    v_tok = tl.max_contiguous(tl.multiple_of(v_tok, V_RUN), V_RUN)
+    k_ptrs = kc_base + k_tok[None, :] + k_d[:, None]
+    v_ptrs = vc_base + v_tok[:, None] + v_d[None, :]
     k, v = _load_kv(k_ptrs, v_ptrs, d_ok, d_ok, D_PAD != HEAD_SIZE, False)
     if FP8:
         k = k.to(q.dtype)
@@ -131,6 +140,7 @@ def _prefix_prefill_kernel(
     X: tl.constexpr, PAGE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     FP8: tl.constexpr, ALIBI: tl.constexpr, WINDOW: tl.constexpr, SKIP_DECODE: tl.constexpr,
+    K_RUN: tl.constexpr, V_RUN: tl.constexpr,
 ):  # fmt: skip
     m_tile = num_m_tiles - 1 - tl.program_id(0)  # longest tiles first
     seq = tl.program_id(1)
@@ -176,6 +186,7 @@ def _prefix_prefill_kernel(
     kc_base = K_CACHE + kv_head * stride_kch
     vc_base = V_CACHE + kv_head * stride_vch
     k_d = (offs_d // X) * stride_kcd + (offs_d % X)
+    k_d = tl.max_contiguous(tl.multiple_of(k_d, K_RUN), K_RUN)  # x lanes are contiguous
     v_d = offs_d * stride_vcd
     if WINDOW:
         # from the tile holding the first key the tile's first query can see
@@ -185,7 +196,7 @@ def _prefix_prefill_kernel(
                 acc, l_i, m_i, q, start_n, ctx_len, q_pos, slope_log2, window, ctx_scale,
                 bt_row, kc_base, vc_base, k_d, v_d, d_ok, offs_n,
                 stride_kcb, stride_kct, stride_vcb, stride_vct,
-                HEAD_SIZE, D_PAD, PAGE, True, FP8, ALIBI, True,
+                HEAD_SIZE, D_PAD, PAGE, True, FP8, ALIBI, True, K_RUN, V_RUN,
             )  # fmt: skip
     else:
         full_end = (ctx_len // BLOCK_N) * BLOCK_N
@@ -194,14 +205,14 @@ def _prefix_prefill_kernel(
                 acc, l_i, m_i, q, start_n, ctx_len, q_pos, slope_log2, window, ctx_scale,
                 bt_row, kc_base, vc_base, k_d, v_d, d_ok, offs_n,
                 stride_kcb, stride_kct, stride_vcb, stride_vct,
-                HEAD_SIZE, D_PAD, PAGE, False, FP8, ALIBI, False,
+                HEAD_SIZE, D_PAD, PAGE, False, FP8, ALIBI, False, K_RUN, V_RUN,
             )  # fmt: skip
         if full_end < ctx_len:
             acc, l_i, m_i = _context_tile(
                 acc, l_i, m_i, q, full_end, ctx_len, q_pos, slope_log2, window, ctx_scale,
                 bt_row, kc_base, vc_base, k_d, v_d, d_ok, offs_n,
                 stride_kcb, stride_kct, stride_vcb, stride_vct,
-                HEAD_SIZE, D_PAD, PAGE, True, FP8, ALIBI, False,
+                HEAD_SIZE, D_PAD, PAGE, True, FP8, ALIBI, False, K_RUN, V_RUN,
             )  # fmt: skip
     if FP8:
         acc = acc * tl.load(V_SCALE).to(tl.float32)

@@ -31,12 +31,29 @@ class PrefillConfig(NamedTuple):
 
 
 #: Built-in configs by padded head size, for 16-bit inputs: each fits 48 KB (the compile
-#: check, scripts/check_triton_compile.py, measures it; docs/kernel-notes.md has the table).
+#: check, scripts/check_triton_compile.py, measures it; docs/kernel-notes.md has the table
+#: and the H100 sweep they were picked from: the fastest config within 48 KB per head).
 DEFAULT_CONFIGS: Dict[int, PrefillConfig] = {
     32: PrefillConfig(128, 64, 4, 2),
     64: PrefillConfig(128, 64, 4, 2),
+    128: PrefillConfig(128, 32, 4, 1),
+    256: PrefillConfig(64, 16, 4, 1),
+}
+#: The same for fp32 inputs, whose tiles are twice as large (not measured: the largest
+#: tiles of the 16-bit shape that still fit 48 KB).
+FP32_CONFIGS: Dict[int, PrefillConfig] = {
+    32: PrefillConfig(64, 64, 4, 1),
+    64: PrefillConfig(64, 64, 4, 1),
+    128: PrefillConfig(32, 32, 4, 1),
+    256: PrefillConfig(16, 16, 4, 1),
+}
+
+#: 16-bit queries over fp8 caches: where the fp8 -> 16-bit conversion of the tiles needs
+#: more shared memory (68 KB at BLOCK_M 128 / head 128 and BLOCK_M 64 / head 256 on sm_80,
+#: where Triton has no native fp8 conversion), the largest tiles that stay within 48 KB.
+FP8_CACHE_CONFIGS: Dict[int, PrefillConfig] = {
     128: PrefillConfig(64, 64, 4, 1),
-    256: PrefillConfig(32, 16, 4, 1),  # 64 x 32 compiled to 64 KB (compile check)
+    256: PrefillConfig(32, 32, 4, 1),
 }
 
 #: Configs a tuning file installed for this process: (padded head, element bytes) -> config.
@@ -84,17 +101,44 @@ def _read_tables(device: torch.device) -> None:
         log.info("vllm-codemod: prefill launch configs from a tuning table: %s", found)
 
 
-def pick_config(d_pad: int, elem_bytes: int) -> PrefillConfig:
-    """The tuned config for this head size and element width, else the built-in default."""
+def pick_config(d_pad: int, elem_bytes: int, fp8_cache: bool = False) -> PrefillConfig:
+    """The tuned config for this head size and element width, else the built-in default
+    (for its cache type: fp8 caches have their own where the default would not fit)."""
     tuned = _tuned.get((d_pad, elem_bytes))
     if tuned is not None:
         return tuned
-    base = DEFAULT_CONFIGS[min(max(d_pad, 32), 256)]
+    key = min(max(d_pad, 32), 256)
     if elem_bytes > 2:
-        # fp32 tiles are twice as large: halve BLOCK_M (and BLOCK_N at the widest heads)
-        block_n = base.block_n // 2 if d_pad >= 128 else base.block_n
-        return PrefillConfig(max(base.block_m // 2, 16), max(block_n, 16), base.num_warps, 1)
-    return base
+        return FP32_CONFIGS[key]
+    if fp8_cache and key in FP8_CACHE_CONFIGS:
+        return FP8_CACHE_CONFIGS[key]
+    return DEFAULT_CONFIGS[key]
+
+
+def _aligned_run(longest: int, strides: Tuple[int, ...]) -> int:
+    """The largest power of two that divides ``longest`` and every stride in ``strides``."""
+    run = longest & -longest if longest > 0 else 1
+    while run > 1 and any(stride % run for stride in strides):
+        run //= 2
+    return run
+
+
+def paged_runs(k_cache: torch.Tensor, v_cache: torch.Tensor, block_n: int) -> Tuple[int, int]:
+    """How many cache elements the kernel may read as one contiguous, aligned run.
+
+    K: the ``x`` lanes of a token.  V: the tokens of one page, up to ``block_n`` of them.
+    The kernel passes these to the compiler as hints, so they must hold for every tile:
+    a run is a power of two that divides the page (or ``x``) and every outer stride, and
+    1 where the innermost dimension is not contiguous (a sliced or transposed cache).
+    """
+    k_run = 1
+    if k_cache.stride(4) == 1:
+        k_run = _aligned_run(k_cache.shape[4], tuple(k_cache.stride(i) for i in range(4)))
+    v_run = 1
+    if v_cache.stride(3) == 1:
+        page = v_cache.shape[3]
+        v_run = _aligned_run(min(page & -page, block_n), tuple(v_cache.stride(i) for i in range(3)))
+    return k_run, v_run
 
 
 def prefix_prefill_triton(
@@ -128,16 +172,17 @@ def prefix_prefill_triton(
     d_pad = max(triton.next_power_of_2(head_size), 16)
     if config is None and not _tables_read[0]:
         _read_tables(q.device)
-    cfg = config or pick_config(d_pad, q.element_size())
+    fp8 = k_cache.element_size() == 1
+    cfg = config or pick_config(d_pad, q.element_size(), fp8)
     if cfg.block_m % cfg.block_n:
         raise ValueError(f"prefill config {tuple(cfg)}: BLOCK_M must be a multiple of BLOCK_N")
     if min(q.stride(2), k.stride(2), v.stride(2), o.stride(2), k_cache.stride(4)) != 1:
         raise ValueError("prefill: head dimension of q/k/v/o and x of k_cache must be contiguous")
-    fp8 = k_cache.element_size() == 1
     num_m_tiles = triton.cdiv(max_query_len, cfg.block_m)
     if num_m_tiles == 0 or num_seqs == 0:
         return
     window = sliding_window if sliding_window and sliding_window > 0 else 0
+    k_run, v_run = paged_runs(k_cache, v_cache, cfg.block_n)
     grid = (num_m_tiles, num_seqs, num_heads)
     _prefix_prefill_kernel[grid](
         q, k, v, o, k_cache, v_cache, block_table, query_start, seq_lens,
@@ -153,15 +198,18 @@ def prefix_prefill_triton(
         X=k_cache.shape[4], PAGE=v_cache.shape[3],
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
         FP8=fp8, ALIBI=alibi_slopes is not None, WINDOW=window > 0,
-        SKIP_DECODE=bool(skip_decode),
+        SKIP_DECODE=bool(skip_decode), K_RUN=k_run, V_RUN=v_run,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip
 
 
 __all__ = [
     "DEFAULT_CONFIGS",
+    "FP32_CONFIGS",
+    "FP8_CACHE_CONFIGS",
     "PORTABLE_SHARED_BYTES",
     "PrefillConfig",
+    "paged_runs",
     "pick_config",
     "prefix_prefill_triton",
     "reset_prefill_configs",

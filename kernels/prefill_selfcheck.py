@@ -24,6 +24,16 @@ FP8_DTYPES = {
     "fp8_e5m2": torch.float8_e5m2,
 }
 _TOL = {torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 2e-2, torch.float64: 1e-9}
+#: fp32 through Triton: ``tl.dot`` rounds fp32 inputs to TF32 on GPUs that have it (as the
+#: tree's own kernel does), about 1e-3 relative, so 1e-4 would fail every correct run.
+TRITON_FP32_TOL = 5e-3
+
+
+def tolerance(dtype: torch.dtype, path: str) -> float:
+    """Relative error a correct result stays under on ``path`` ("triton", "torch")."""
+    if dtype == torch.float32 and path == "triton":
+        return TRITON_FP32_TOL
+    return _TOL[dtype]
 
 
 @dataclass
@@ -318,7 +328,7 @@ def run_prefill_selfcheck(
             "path": path,
             "max_abs_err": max_abs,
             "rel_err": rel,
-            "ok": error is None and rel < _TOL[dtype],
+            "ok": error is None and rel < tolerance(dtype, path),
             "seconds": seconds,
         }
         if error is not None:

@@ -221,7 +221,8 @@ def record_prefill_launches(case):
     finally:
         prefill_launch._prefix_prefill_kernel = saved
         prefill_launch.reset_prefill_configs()
-    return sink, prefill_launch.pick_config(cfg_d_pad(hs), a["q"].element_size())
+    fp8 = a["k_cache"].element_size() == 1
+    return sink, prefill_launch.pick_config(cfg_d_pad(hs), a["q"].element_size(), fp8)
 
 
 class _Recorder:

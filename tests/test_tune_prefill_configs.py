@@ -281,5 +281,6 @@ def test_every_built_in_config_fits_48_kb_by_estimate():
 
     for d_pad in (32, 64, 128, 256):
         for elem in (2, 4):
-            config = launch.pick_config(d_pad, elem)
-            assert launch.shared_bytes(config, d_pad, elem) <= 48 * 1024, (d_pad, elem, config)
+            for fp8 in (False, True):
+                config = launch.pick_config(d_pad, elem, fp8)
+                assert launch.shared_bytes(config, d_pad, elem) <= 48 * 1024, (d_pad, elem, fp8)

@@ -38,6 +38,15 @@ STAGES = (1, 2, 3)
 #: Published starting points (issue #25): FlexAttention's H100 bf16 defaults for head
 #: 64 / 128 / 256, and the 64 x 64, one-stage tiles of an Iluvatar Triton fork.
 PUBLISHED: Tuple[Config, ...] = ((128, 128, 4, 3), (128, 64, 8, 3), (64, 32, 4, 3), (64, 64, 4, 1))
+#: The fastest configs of the H100 sweep in docs/kernel-notes.md ("Prefix prefill: the
+#: H100 sweep"): per head size, the best within 48 KB and the best beyond it.
+MEASURED: Tuple[Config, ...] = (
+    (128, 32, 4, 1),
+    (128, 128, 8, 3),
+    (64, 16, 4, 1),
+    (128, 32, 8, 2),
+    (64, 32, 4, 2),
+)
 #: (cached, new) tokens of the check case: several query tiles at every BLOCK_M tried
 #: (loops B and C), a context that is no multiple of the page, a context of 0, and one
 #: new token.
@@ -101,12 +110,13 @@ def prefill_candidates(
     launch: Any, default: Config, d_pad: int, elem_bytes: int, limit: int
 ) -> List[Config]:
     """Candidates other than ``default``, most promising first, without duplicates:
-    its neighbours, the built-in configs of the other head sizes, then ``PUBLISHED``;
-    only those valid for the kernel whose estimated shared memory fits ``limit``."""
+    ``MEASURED`` and ``PUBLISHED``, then its neighbours and the built-in configs of the
+    other head sizes; only those valid for the kernel whose estimated shared memory fits
+    ``limit``."""
     seen = {tuple(default)}
     chosen: List[Config] = []
-    pool = _neighbours(tuple(default)) + [tuple(c) for c in launch.DEFAULT_CONFIGS.values()]
-    for config in pool + list(PUBLISHED):
+    pool = list(MEASURED) + list(PUBLISHED) + _neighbours(tuple(default))
+    for config in pool + [tuple(c) for c in launch.DEFAULT_CONFIGS.values()]:
         config = tuple(int(v) for v in config)
         if config in seen or not _valid(config):
             continue

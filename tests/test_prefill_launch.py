@@ -1,0 +1,66 @@
+"""The prefill launcher's host-side promises, on CPU: the contiguity runs it hands the
+kernel as compiler hints, its built-in configs, and the self-check's tolerances.
+
+A wrong run would make the compiled kernel read the wrong cache elements on the GPU (the
+interpreter ignores hints), so each stride that breaks a promise is tried here.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")  # the CPU suite runs without torch too
+pytest.importorskip("triton")
+
+from vllm_codemod.kernels import prefill_launch as launch  # noqa: E402
+from vllm_codemod.kernels.prefill_selfcheck import tolerance  # noqa: E402
+
+
+def caches(blocks=4, heads=2, head=64, page=16, x=8):
+    k = torch.zeros(blocks, heads, head // x, page, x, dtype=torch.float16)
+    v = torch.zeros(blocks, heads, head, page, dtype=torch.float16)
+    return k, v
+
+
+def test_contiguous_caches_get_whole_runs():
+    k, v = caches()
+    assert launch.paged_runs(k, v, 64) == (8, 16)
+    assert launch.paged_runs(k, v, 16) == (8, 16)
+    k32, v32 = caches(page=32)
+    assert launch.paged_runs(k32, v32, 16) == (8, 16)  # a tile holds half a page
+
+
+def test_strides_shrink_or_drop_the_runs():
+    k, v = caches()
+    sliced_k = torch.zeros(4, 2, 8, 16, 16, dtype=torch.float16)[..., :8]
+    assert launch.paged_runs(sliced_k, v, 64)[0] == 8  # lanes contiguous, strides aligned
+    transposed_k = torch.zeros(4, 2, 8, 8, 16, dtype=torch.float16).transpose(3, 4)
+    assert launch.paged_runs(transposed_k, v, 64)[0] == 1  # lanes not contiguous
+    odd_k = torch.zeros(4, 2, 8, 16, 12, dtype=torch.float16)[..., :8]  # tokens every 12
+    assert launch.paged_runs(odd_k, v, 64)[0] == 4
+    wide_v = torch.zeros(4, 2, 64, 32, dtype=torch.float16)[..., :16]  # rows every 32
+    assert launch.paged_runs(k, wide_v, 64)[1] == 16
+    odd_v = torch.zeros(4, 2, 64, 24, dtype=torch.float16)[..., :16]  # rows every 24
+    assert launch.paged_runs(k, odd_v, 64)[1] == 8  # only 8-token runs stay aligned
+    transposed_v = torch.zeros(4, 2, 16, 64, dtype=torch.float16).transpose(2, 3)
+    assert launch.paged_runs(k, transposed_v, 64)[1] == 1  # tokens not contiguous
+    k12, v12 = caches(page=12)
+    assert launch.paged_runs(k12, v12, 64)[1] == 4  # pages of 12 split into runs of 4
+
+
+def test_built_in_configs_by_element_width():
+    for d_pad in (32, 64, 128, 256):
+        assert launch.pick_config(d_pad, 2) == launch.DEFAULT_CONFIGS[d_pad]
+        assert launch.pick_config(d_pad, 4) == launch.FP32_CONFIGS[d_pad]
+    assert launch.pick_config(16, 2) == launch.DEFAULT_CONFIGS[32]
+    for d_pad in (32, 64):  # these defaults fit with fp8 caches too
+        assert launch.pick_config(d_pad, 2, fp8_cache=True) == launch.DEFAULT_CONFIGS[d_pad]
+    for d_pad in (128, 256):
+        assert launch.pick_config(d_pad, 2, fp8_cache=True) == launch.FP8_CACHE_CONFIGS[d_pad]
+        assert launch.pick_config(d_pad, 4, fp8_cache=True) == launch.FP32_CONFIGS[d_pad]
+
+
+def test_selfcheck_allows_tf32_on_the_triton_path_only():
+    assert tolerance(torch.float32, "torch") == 1e-4
+    assert tolerance(torch.float32, "triton") == 5e-3
+    assert tolerance(torch.bfloat16, "triton") == tolerance(torch.bfloat16, "torch")
