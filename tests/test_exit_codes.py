@@ -116,6 +116,48 @@ def test_3_internal_error_is_one_line_and_a_saved_traceback(fork, monkeypatch, t
     assert snapshot(fork) == before
 
 
+def test_2_a_missing_dependency_is_an_environment_problem(fork):
+    """``pip install --no-deps`` into an image leaves libcst out: say what to install."""
+    before = snapshot(fork)
+    script = (
+        "import sys; sys.modules['libcst'] = None; "  # import libcst now raises
+        "from vllm_codemod.cli import main; main()"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script, "apply", "--site-packages", str(fork)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr
+    line = one_line(proc.stderr)
+    assert "cannot import 'libcst'" in line and "pip install 'libcst>=1.1'" in line
+    assert "internal error" not in line
+    assert snapshot(fork) == before
+
+
+def test_3_a_missing_module_we_do_not_declare_is_still_a_bug(fork, monkeypatch, tmp_path):
+    def bug(self, module, context):
+        raise ModuleNotFoundError("No module named 'vllm_codemod_gone'", name="vllm_codemod_gone")
+
+    monkeypatch.setattr(PrefixPrefillWarps, "plan", bug)
+    result = run(
+        "apply", "--site-packages", str(fork), env={"VLLM_CODEMOD_CRASH_DIR": str(tmp_path)}
+    )
+    assert result.exit_code == 3, result.output
+
+
+def test_declared_dependencies_match_pyproject():
+    from vllm_codemod.boundary import DEPENDENCIES
+
+    text = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
+    block = text.split("\ndependencies = [", 1)[1].split("]", 1)[0]
+    declared = sorted(
+        line.strip().strip(",").strip('"') for line in block.splitlines() if line.strip()
+    )
+    assert sorted(DEPENDENCIES.values()) == declared
+
+
 def test_3_under_json_is_still_one_document(fork, monkeypatch, tmp_path):
     def bug(self, module, context):
         raise RuntimeError("planted")

@@ -45,6 +45,16 @@ EXIT_CODES: List[Tuple[int, str]] = [
 PREFIX = "vllm-codemod"
 CRASH_DIR_ENV = "VLLM_CODEMOD_CRASH_DIR"
 
+#: Top-level module -> the requirement in pyproject.toml that provides it.  A run that
+#: cannot import one of these has an incomplete install (say, ``pip install --no-deps``
+#: into an image), an environment problem to fix, not a bug to report.
+DEPENDENCIES = {
+    "click": "click>=8.0",
+    "libcst": "libcst>=1.1",
+    "packaging": "packaging>=22",
+    "ruamel": "ruamel.yaml>=0.17.21",
+}
+
 
 def exit_code_table() -> str:
     """The table as plain text for ``--help`` (click keeps ``\\b`` paragraphs verbatim)."""
@@ -123,6 +133,13 @@ def classify(exc: BaseException) -> Tuple[int, Optional[str]]:
         return USER_ERROR, None
     if isinstance(exc, OSError):
         return USER_ERROR, f"error: {describe_os_error(exc)}"
+    missing = _missing_dependency(exc)
+    if missing is not None:
+        return USER_ERROR, (
+            f"error: this interpreter ({sys.executable}) cannot import {missing[0]!r}, "
+            f"which vllm-codemod needs; install it (pip install '{missing[1]}') or "
+            "reinstall vllm-codemod with its dependencies"
+        )
     saved = save_traceback(exc)
     where = (
         f"traceback saved to {saved}"
@@ -133,6 +150,15 @@ def classify(exc: BaseException) -> Tuple[int, Optional[str]]:
         f"internal error: {type(exc).__name__}: {_first_line(exc)} (a bug in vllm-codemod; "
         f"{where}; please report it with that file)"
     )
+
+
+def _missing_dependency(exc: BaseException) -> Optional[Tuple[str, str]]:
+    """(module, requirement) when ``exc`` is a declared dependency failing to import."""
+    if not isinstance(exc, ModuleNotFoundError) or not exc.name:
+        return None
+    top = exc.name.split(".")[0]
+    requirement = DEPENDENCIES.get(top)
+    return None if requirement is None else (exc.name, requirement)
 
 
 def _first_line(exc: BaseException) -> str:
