@@ -9,6 +9,8 @@ they should say what they see (and a plain re-``apply`` should honour a recorded
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -116,6 +118,7 @@ def test_status_reports_a_tree_outside_the_known_versions(fork):
 
 
 KERNEL = Path("vllm/_codemod_kernels/dispatch.py")
+WARPS_TARGET = Path("vllm/attention/ops/prefix_prefill.py")
 
 
 def test_a_hand_edited_bundled_kernel_is_drift_not_an_error(fork):
@@ -141,3 +144,63 @@ def test_a_hand_edited_bundled_kernel_is_drift_not_an_error(fork):
     assert run("apply", "--site-packages", str(fork), "--discard-local-changes").exit_code == 0
     assert (fork / KERNEL).read_bytes() == patched
     assert run("check", "--site-packages", str(fork)).exit_code == 0
+
+
+def hand_patch(site: Path, tmp_path: Path, reverse: bool = False) -> Path:
+    """``patch -p1`` the tree with what ``vllm-codemod diff`` printed for it."""
+    diff_file = tmp_path / "codemod.diff"
+    if not reverse:
+        result = run("diff", "--site-packages", str(site))
+        assert result.exit_code == 1, result.output
+        diff_file.write_text(result.output)
+    flags = ["-R"] if reverse else []
+    subprocess.run(
+        ["patch", "-p1", "-s", *flags, "-i", str(diff_file)], cwd=site, check=True, timeout=60
+    )
+    return diff_file
+
+
+NO_MANIFEST = (
+    "vllm-codemod's files are in the tree but no manifest records them (patched by hand, "
+    "e.g. `patch -p1` from `vllm-codemod diff`"
+)
+
+
+@pytest.mark.skipif(shutil.which("patch") is None, reason="needs the patch program")
+def test_a_tree_patched_by_hand_from_diff_output_is_reported_and_can_be_adopted(fork, tmp_path):
+    hand_patch(fork, tmp_path)
+    patched = snapshot(fork)
+    result = run("check", "--site-packages", str(fork))
+    assert result.exit_code == 0, result.output  # nothing differs from what apply writes
+    assert NO_MANIFEST in result.output and "`patch -R -p1`" in result.output
+    assert "vllm/_codemod_kernels/ (" in result.output  # one directory, not 24 paths
+    document = json.loads(run("check", "--site-packages", str(fork), "--json").output)
+    assert document["exit_code"] == 0 and document["patched"] is False
+    assert "vllm/_codemod_kernels/__init__.py" in "\n".join(document["unrecorded"])
+    result = run("status", "--site-packages", str(fork))
+    assert result.exit_code == 0 and NO_MANIFEST in result.output
+    assert run("diff", "--site-packages", str(fork)).exit_code == 0
+    result = run("apply", "--site-packages", str(fork))
+    assert result.exit_code == 2 and NO_MANIFEST in result.output
+    assert "nothing was changed" in result.output
+    assert snapshot(fork) == patched
+    # the way on the message names: undo the hand patch, then apply
+    hand_patch(fork, tmp_path, reverse=True)
+    assert run("apply", "--site-packages", str(fork)).exit_code == 0
+    assert run("check", "--site-packages", str(fork)).exit_code == 0
+    assert run("revert", "--site-packages", str(fork)).exit_code == 0
+
+
+def test_a_tree_without_its_state_directory_differing_somewhere_is_pending(fork, tmp_path):
+    """An applied tree whose .vllm-codemod directory was removed, then one patched file
+    reinstalled: the pending-change status, the same report."""
+    original = (fork / WARPS_TARGET).read_bytes()
+    assert run("apply", "--site-packages", str(fork)).exit_code == 0
+    shutil.rmtree(fork / "vllm" / ".vllm-codemod")
+    (fork / WARPS_TARGET).write_bytes(original)
+    result = run("check", "--site-packages", str(fork))
+    assert result.exit_code == 1, result.output
+    assert NO_MANIFEST in result.output and "pending" in result.output
+    before = snapshot(fork)
+    assert run("apply", "--site-packages", str(fork)).exit_code == 2
+    assert snapshot(fork) == before

@@ -131,6 +131,11 @@ def check(
         report.say(f"  option differs from the recorded one: {change}")
     for item in drift:
         report.say(f"  differs from the manifest: {item.describe()}")
+    report.data["unrecorded"] = list(plan.unrecorded)
+    if plan.unrecorded:
+        from ..engine.planning import unrecorded_note
+
+        report.say(f"  patched without a manifest: {unrecorded_note(plan)}")
     if status.patched:
         report.detail(
             f"  patched {status.patched_at or 'at an unknown time'} by vllm-codemod "

@@ -121,6 +121,7 @@ def status(site_packages: Any, vllm_root: Any, python: Any, force: bool) -> Repo
             "recorded_options": dict(state.recorded_options),
             "record": state.record,
             "drift": [d.to_dict() for d in drift],
+            "unrecorded": list(plan.unrecorded),
             "callers": callers,
             "live": bool(callers),
             "scan": {
@@ -149,6 +150,10 @@ def status(site_packages: Any, vllm_root: Any, python: Any, force: bool) -> Repo
             f"vllm-codemod {state.tool_version or '(unknown version)'}"
         )
         report.say(f"{_key('options')} {_options_text(state.recorded_options)}")
+    elif plan.unrecorded:
+        from ..engine.planning import unrecorded_note
+
+        report.say(f"{_key('patched')} without a manifest: {unrecorded_note(plan)}")
     else:
         report.say(f"{_key('patched')} no (nothing recorded by vllm-codemod)")
     if state.record is not None:

@@ -19,7 +19,7 @@ from ..fsutil import sha256_bytes, sha256_file
 from ..transforms.base import Status
 from .journal import Step
 from .options import OptionChange
-from .planning import Plan, change_action
+from .planning import Plan, change_action, unrecorded_note
 from .records import RecordedOptions
 from .statedir import StateDir
 from .transaction import (
@@ -120,6 +120,8 @@ def apply(plan: Plan) -> ApplyResult:
         raise conflict_error(plan)
     if plan.hand_edited and not plan.discard_local_changes:
         raise hand_edit_error(plan)
+    if plan.unrecorded:
+        raise RefusalError(f"{unrecorded_note(plan)}; nothing was changed")
     if plan.edited_added and not plan.discard_local_changes:
         paths = ", ".join(str(plan.tree.path(rel)) for rel in plan.edited_added)
         raise RefusalError(

@@ -62,6 +62,10 @@ class ChangeSet:
     #: files we added that were changed since (by hand): planned like any other
     #: difference, so check reports it; apply refuses to overwrite them unless told to
     edited_added: List[str] = field(default_factory=list)
+    #: files we ship that are already in the tree with exactly our bytes, which no
+    #: manifest records (a tree patched by hand from our diff, or one whose state
+    #: directory was removed): reported by check and status, refused by apply
+    unrecorded: List[str] = field(default_factory=list)
 
     @property
     def conflicts(self) -> List[TransformResult]:
@@ -272,10 +276,13 @@ def build_change_set(
 
     stale_names = set()
     edited_added: List[str] = []
+    unrecorded: List[str] = []
     for rel, data in sorted(wanted_files.items()):
         current = _read_optional(_inside_tree(tree, rel))
         if _edited_since_added(rel, current, previously_added):
             edited_added.append(rel)
+        elif current == data and rel not in previously_added:
+            unrecorded.append(rel)
         else:
             _refuse_unowned(tree, rel, current, previously_added)
         if current != data:
@@ -297,7 +304,7 @@ def build_change_set(
             result.reason = (
                 "the bundled kernels in the tree differ from this tool's; apply updates them"
             )
-    return ChangeSet(tree, version, results, changes, edited_added)
+    return ChangeSet(tree, version, results, changes, edited_added, unrecorded)
 
 
 def _edited_since_added(

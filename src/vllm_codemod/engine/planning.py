@@ -77,6 +77,9 @@ class Plan:
     #: files we added (the bundled kernels) edited by hand since: apply refuses to
     #: overwrite them unless ``--discard-local-changes``
     edited_added: List[str] = field(default_factory=list)
+    #: files we ship found with our bytes but in no manifest (see
+    #: :attr:`.changes.ChangeSet.unrecorded`): apply refuses, check and status report it
+    unrecorded: List[str] = field(default_factory=list)
     #: ``--allow-owner-change``: see :func:`.transaction.owner_probe`
     allow_owner_change: bool = False
     #: why the version needs ``--force`` (None: inside the known range)
@@ -127,6 +130,22 @@ def _read_only(tree: VllmTree, rel: str) -> bool:
         return not os.stat(tree.path(rel)).st_mode & 0o222
     except OSError:
         return False
+
+
+def unrecorded_note(plan: Plan) -> str:
+    """Why a tree that already holds our files without a manifest is not ours to change,
+    and the way on (shared by apply's refusal and check's and status's report)."""
+    paths = [str(plan.tree.path(rel)) for rel in plan.unrecorded]
+    where = paths[0]
+    if len(paths) > 1:
+        where = f"{os.path.commonpath(paths)}{os.sep} ({len(paths)} files)"
+    return (
+        f"{where}: vllm-codemod's files are in the tree but no manifest records them "
+        "(patched by hand, e.g. `patch -p1` from `vllm-codemod diff`, or the tree's "
+        ".vllm-codemod directory was removed), so vllm-codemod has no originals to revert "
+        "to; to bring the tree under vllm-codemod, undo that patch (`patch -R -p1` with the "
+        "same diff, or reinstall vllm) and run `vllm-codemod apply`"
+    )
 
 
 def change_action(change: FileChange) -> str:
@@ -221,6 +240,7 @@ def plan(
         hand_edited=books.hand_edited,
         discard_local_changes=options.discard_local_changes,
         edited_added=list(change_set.edited_added),
+        unrecorded=list(change_set.unrecorded),
         allow_owner_change=options.allow_owner_change,
         version_problem=problem,
         forced_version=forced,
