@@ -133,3 +133,68 @@ def test_changing_the_statement_count_cannot_be_spliced():
 def test_form_feed_is_not_a_line_break():
     source = "a = 1\n\x0c\ndef f():\n    return X  # \x0c inside\n"
     assert roundtrip(source, ["f"]) == source.replace("return X", "return NEW")
+
+
+GUARDED = (
+    '"""A module whose code sits in one if, as vLLM 0.4-0.8 prefix_prefill.py does."""\n'
+    "import triton\n"
+    "\n"
+    "if triton.__version__ >= '2.1.0':  # guard\n"
+    "    # about the kernel\n"
+    "    @triton.jit\n"
+    "    def kernel():\n"
+    "        return X\n"
+    "\n"
+    "    # about f\n"
+    "    def f():\n"
+    "        X = 1\n"
+    "        return X\n"
+    "    # between\n"
+    "    def g():\n"
+    "        return X\n"
+    "# after the if\n"
+)
+
+
+def whole_file(source: str) -> str:
+    return cst.parse_module(source).visit(RenameTarget()).code
+
+
+def test_a_module_level_if_is_pruned_to_its_anchored_children():
+    excerpt = make_excerpt(GUARDED, ["f"])
+    assert excerpt.pruned  # the if's other children are not parsed
+    assert "def kernel" not in excerpt.text and "def g" not in excerpt.text
+    assert "# about f" in excerpt.text and "if triton.__version__" in excerpt.text
+    result = roundtrip(GUARDED, ["f"])
+    expected = GUARDED.replace("X = 1\n        return X", "NEW = 1\n        return NEW")
+    assert result == expected
+    both = roundtrip(GUARDED, ["f", "g"])  # two children, a comment between them
+    assert both == whole_file(GUARDED).replace(
+        "def kernel():\n        return NEW", "def kernel():\n        return X"
+    )
+
+
+def test_a_pruned_if_whose_own_line_changed_is_planned_on_the_whole_file():
+    excerpt = make_excerpt(GUARDED, ["f"])
+    module = excerpt.parse()
+    guard = module.body[0]
+    changed = module.with_changes(body=[guard.with_changes(test=cst.parse_expression("True"))])
+    assert excerpt.splice(module, changed) is None
+
+
+def test_an_if_with_an_else_or_every_child_anchored_is_not_pruned():
+    with_else = GUARDED.replace("# after the if\n", "else:\n    pass\n")
+    assert not make_excerpt(with_else, ["f"]).pruned
+    assert roundtrip(with_else, ["f"]) == whole_file(with_else)  # the whole if, renamed
+    assert not make_excerpt(GUARDED, ["kernel", "f", "g"]).pruned
+
+
+def test_the_vendored_prefix_prefill_of_0_8_3_is_pruned():
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / (
+        "vendor_fixtures/bi-v100/corex-0.8.3/vllm/attention/ops/prefix_prefill.py"
+    )
+    source = path.read_text()
+    excerpt = make_excerpt(source, ["context_attention_fwd"])
+    assert excerpt.pruned and len(excerpt.text) < len(source) / 2

@@ -225,7 +225,7 @@ def _replace_function() -> Any:
             self.old, self.new = old, new
 
         def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-            return node is not self.old  # nothing else to edit inside functions
+            return False  # the target is replaced whole on leave; nothing inside any function
 
         def leave_FunctionDef(
             self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef

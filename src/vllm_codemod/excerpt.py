@@ -11,27 +11,49 @@ A chosen statement travels with the comment and blank lines right above it, the 
 libcst makes its ``leading_lines`` in the whole file: that is where the transforms'
 markers live, so a transform sees (and replaces) its old marker on this path exactly as
 on a whole-file parse.
+
+A module-level ``if`` (vLLM 0.4-0.8 wrap all of ``prefix_prefill.py`` in ``if
+triton.__version__ >= ...``) is pruned one level down: its header and only the children
+that define an anchor, each with the lines since the sibling before it.  Without that
+the excerpt of that file is the whole file, parsed and printed again per transform.
 """
 
 from __future__ import annotations
 
 import ast
 import io
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, List, Optional, Set, Tuple
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Set, Tuple
 
 if TYPE_CHECKING:
     import libcst as cst
 
 
+Span = Tuple[int, int]  # [start, end) line indices
+
+
 @dataclass(frozen=True)
 class Excerpt:
     lines: List[str]  # the whole file, split with line endings kept
-    spans: List[Tuple[int, int]]  # [start, end) line indices of the chosen statements
+    spans: List[Span]  # the chosen top-level statements
+    #: span index -> (end of the ``if`` header, the chosen children's spans): a pruned
+    #: ``if`` whose other children stay untouched text (see the module docstring)
+    pruned: Dict[int, Tuple[int, List[Span]]] = field(default_factory=dict)
+
+    def _join(self, start: int, end: int) -> str:
+        return "".join(self.lines[start:end])
+
+    def _span_text(self, index: int) -> str:
+        start, end = self.spans[index]
+        if index not in self.pruned:
+            return self._join(start, end)
+        header_end, children = self.pruned[index]
+        return self._join(start, header_end) + "".join(self._join(a, b) for a, b in children)
 
     @property
     def text(self) -> str:
-        parts = ["".join(self.lines[start:end]) for start, end in self.spans]
+        parts = [self._span_text(index) for index in range(len(self.spans))]
         if parts and not parts[-1].endswith(("\n", "\r")):
             parts[-1] += "\n"
         return "".join(parts)
@@ -64,12 +86,22 @@ class Excerpt:
             return None
         out: List[str] = []
         position = 0
-        for (start, end), old, new in zip(self.spans, original.body, changed.body):
+        for index, ((start, end), old, new) in enumerate(
+            zip(self.spans, original.body, changed.body)
+        ):
             out.extend(self.lines[position:start])
             segment = "".join(self.lines[start:end])
-            if new is old or new.deep_equals(old):
+            if new is old:
                 out.append(segment)
+            elif index in self.pruned:
+                merged = self._splice_pruned(index, original, old, new)
+                if merged is None:
+                    return None
+                out.append(merged)
             else:
+                # libcst prints a parsed statement back byte for byte, so a statement the
+                # transform rebuilt without changing prints as its segment: printing it
+                # costs less than comparing the two trees node by node (``deep_equals``).
                 code = changed.code_for_node(new)
                 if not segment.endswith(("\n", "\r")):
                     code = code.rstrip("\r\n")
@@ -77,6 +109,56 @@ class Excerpt:
             position = end
         out.extend(self.lines[position:])
         return "".join(out)
+
+    def _splice_pruned(
+        self, index: int, module: cst.Module, old: cst.CSTNode, new: cst.CSTNode
+    ) -> Optional[str]:
+        """The pruned ``if`` of span ``index`` with each changed child's new code.
+
+        A child alone cannot be printed at its indentation, so each one is printed
+        inside the ``if`` as its only child and the header is cut off again; None
+        (plan on the whole file) unless the ``if`` itself, its header and the number of
+        its children are as they were.
+        """
+        import libcst as cst
+
+        if not (isinstance(old, cst.If) and isinstance(new, cst.If)) or new.orelse is not None:
+            return None
+        if not isinstance(new.body, cst.IndentedBlock) or new.body.footer != old.body.footer:
+            return None
+        old_kids, new_kids = list(old.body.body), list(new.body.body)
+        header_end, children = self.pruned[index]
+        if len(old_kids) != len(children) or len(new_kids) != len(children):
+            return None
+        start, end = self.spans[index]
+        header = self._join(start, header_end)
+
+        def alone(kid: cst.BaseStatement) -> str:
+            return module.code_for_node(new.with_changes(body=new.body.with_changes(body=[kid])))
+
+        if not any(n is not o for n, o in zip(new_kids, old_kids)):
+            if not alone(new_kids[0]).startswith(header):  # only the ``if`` line changed
+                return None
+        out = [header]
+        position = header_end
+        for (a, b), old_kid, new_kid in zip(children, old_kids, new_kids):
+            out.append(self._join(position, a))
+            region = self._join(a, b)
+            if new_kid is not old_kid:
+                printed = alone(new_kid)
+                if not printed.startswith(header):
+                    return None
+                region = printed[len(header) :]
+                if not self.lines[b - 1].endswith(("\n", "\r")):
+                    region = region.rstrip("\r\n")
+            out.append(region)
+            position = b
+        out.append(self._join(position, end))
+        return "".join(out)
+
+
+#: What may follow an ``if`` test on its line: closing parentheses, the colon, a comment.
+_COLON_TO_END = re.compile(r"^[ \t)]*:[ \t]*(#.*)?(\r\n|\n|\r)?$")
 
 
 def _defined_names(node: ast.stmt) -> Set[str]:
@@ -130,22 +212,69 @@ def make_excerpt(source: str, anchors: Iterable[str]) -> Optional[Excerpt]:
     lines = io.StringIO(source, newline="").readlines()
     # Statements that share a line (``a = 1; b = 2``) are one libcst statement: group them.
     groups: List[Tuple[int, int, bool]] = []
+    shapes: Dict[int, Tuple[int, List[Span]]] = {}  # first line -> a prunable ``if``
     for node in tree.body:
         start, end = _first_line(node) - 1, node.end_lineno or node.lineno
         text = "".join(lines[start:end])
         # Walking the ast is the slow part; a statement whose text never spells an
         # anchor cannot define it.
-        chosen = any(name in text for name in wanted) and bool(_defined_names(node) & wanted)
+        spelled = any(name in text for name in wanted)
+        shape = _if_children(node, lines, wanted) if spelled else None
+        if shape is not None:  # its children were walked already: not the whole ``if``
+            header_end, children, dropped = shape
+            chosen = bool(children) or bool(_defined_names(node.test) & wanted)
+            if children and dropped:
+                shapes[start] = (header_end, children)
+        else:
+            chosen = spelled and bool(_defined_names(node) & wanted)
         if groups and start < groups[-1][1]:
             prev_start, prev_end, prev_chosen = groups.pop()
             groups.append((prev_start, max(prev_end, end), prev_chosen or chosen))
+            shapes.pop(start, None)
+            shapes.pop(prev_start, None)
         else:
             groups.append((start, end, chosen))
-    spans = [
-        (_leading_start(lines, start, groups[index - 1][1]) if index else start, end)
-        for index, (start, end, chosen) in enumerate(groups)
-        if chosen
-    ]
+    spans: List[Span] = []
+    pruned: Dict[int, Tuple[int, List[Span]]] = {}
+    for index, (start, end, chosen) in enumerate(groups):
+        if chosen:
+            if start in shapes:
+                pruned[len(spans)] = shapes[start]
+            spans.append(
+                (_leading_start(lines, start, groups[index - 1][1]) if index else start, end)
+            )
     if not spans:
         return None
-    return Excerpt(lines, spans)
+    return Excerpt(lines, spans, pruned)
+
+
+def _if_children(
+    node: ast.stmt, lines: List[str], wanted: Set[str]
+) -> Optional[Tuple[int, List[Span], bool]]:
+    """For a module-level ``if`` that can be pruned (no ``elif``/``else``, its body on
+    lines of its own, one child per line): the end of its header, the spans of the
+    children that define an anchor, and whether any child was left out.  Each child's
+    span starts where the sibling before it ended, so the comments between them travel
+    with the child below.  None for any other statement."""
+    if not isinstance(node, ast.If) or node.orelse or not node.body:
+        return None
+    header_end = node.lineno  # the line after ``if ...:``, which must hold all of it
+    if node.test.end_lineno != node.lineno or _first_line(node.body[0]) <= node.lineno:
+        return None
+    rest = lines[node.lineno - 1].encode("utf-8")[node.test.end_col_offset or 0 :]
+    if not _COLON_TO_END.match(rest.decode("utf-8", "replace")):
+        return None
+    children: List[Span] = []
+    dropped = False
+    position = header_end
+    for kid in node.body:
+        start, end = _first_line(kid) - 1, kid.end_lineno or kid.lineno
+        if start < position:  # shares a line with the sibling before it
+            return None
+        text = "".join(lines[start:end])
+        if any(name in text for name in wanted) and _defined_names(kid) & wanted:
+            children.append((position, end))
+        else:
+            dropped = True
+        position = end
+    return header_end, children, dropped
