@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The prefix-prefill GPU work of one session, as few device calls as the limits allow.
+# Each step logs to $OUT/<step>.log under its own time limit; the exit status is the
+# first failing step's.  Pick the steps of one call with STEPS (default: all, about
+# 14 minutes: more than one 10-minute call, so split it):
+#   install        this tree editable; with WHEELS=DIR also the CLI's dependencies from
+#                  wheels carried in DIR (the device images have no libcst; without it
+#                  `apply` exits 2 and the tune and fork tests fail)
+#   prefill-tests  tests/kernels/test_prefill_gpu.py (~130 s on an H100)
+#   cli-tests      -m gpu tests/test_tune_triton.py tests/kernels/test_forward_prefix_fork.py
+#   decode-tests   -m gpu tests/kernels/test_pa_gpu.py (selfcheck runs the prefill cases)
+#   tune           benchmarks/tune_session.sh (the corex-0.8.3 fixture, prefill configs
+#                  included); its file lands in $OUT/tuning-h200.json whatever the device
+#   bench          bench_prefix_prefill.py, every case, baselines and the headline
+#                  (BENCH_ARGS adds e.g. --config 128,128,8,3 or --dtype float16)
+# Usage: OUT=/some/dir STEPS="install prefill-tests bench" bash benchmarks/prefill_device_session.sh
+set -u
+export PYTHONUNBUFFERED=1
+OUT=${OUT:?set OUT to the folder for logs}
+STEPS=" ${STEPS:-install prefill-tests cli-tests decode-tests tune bench} "
+status=0
+step() {  # step NAME LIMIT_S COMMAND...
+  local name=$1 limit=$2
+  shift 2
+  case "$STEPS" in *" $name "*) ;; *) return 0 ;; esac
+  echo "== $name (limit ${limit}s)"
+  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
+  local rc=$?
+  echo "== $name: exit $rc"
+  tail -6 "$OUT/$name.log"
+  [ "$rc" -ne 0 ] && [ "$status" -eq 0 ] && status=$rc
+  return 0
+}
+install() {
+  if [ -n "${WHEELS:-}" ]; then
+    python3 -m pip install -q --no-index --find-links "$WHEELS" libcst click packaging \
+      ruamel.yaml pyyaml || return 1
+  fi
+  python3 -m pip install -q --no-deps --no-build-isolation -e .
+}
+
+step install 120 install
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
+step prefill-tests 200 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_prefill_gpu.py
+step cli-tests 240 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_tune_triton.py \
+  tests/kernels/test_forward_prefix_fork.py
+step decode-tests 270 python3 -m pytest -q -rs -p no:cacheprovider -m gpu tests/kernels/test_pa_gpu.py
+step tune 300 env OUT="$OUT" BUDGET="${BUDGET:-200}" bash benchmarks/tune_session.sh
+# shellcheck disable=SC2086
+step bench 420 python3 benchmarks/bench_prefix_prefill.py --json "$OUT/prefill.json" ${BENCH_ARGS:-}
+exit $status
