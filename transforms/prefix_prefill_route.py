@@ -227,6 +227,9 @@ def _replace_function() -> Any:
         def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
             return False  # the target is replaced whole on leave; nothing inside any function
 
+        def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> bool:
+            return False  # nor inside a statement line
+
         def leave_FunctionDef(
             self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef
         ) -> cst.FunctionDef:

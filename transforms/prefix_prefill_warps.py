@@ -128,6 +128,9 @@ def _replace() -> Any:
         def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
             return not _is_device_code(node)  # nothing to edit in kernels; saves the walk
 
+        def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> bool:
+            return False  # edits swap whole statements: their expressions need no walk
+
         def leave_SimpleStatementLine(
             self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
         ) -> cst.SimpleStatementLine:
