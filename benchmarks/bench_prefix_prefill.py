@@ -20,7 +20,7 @@ an 8192^3 bf16 matmul timed in the same run.  The headline: a 100K prompt prefil
 against the tree's 0.8.3 kernel.
 
     python benchmarks/bench_prefix_prefill.py [--quick] [--json out.json]
-        [--config 128,64,8,3 ...] [--only NAME ...] [--no-baselines]
+        [--config 128,64,8,3 ...] [--only NAME ...] [--no-baselines | --flex-only]
 """
 
 from __future__ import annotations
@@ -299,6 +299,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--only", action="append", default=[], help="case name (repeatable)")
     parser.add_argument("--config", action="append", default=[], type=parse_config)
     parser.add_argument("--no-baselines", action="store_true")
+    parser.add_argument(
+        "--flex-only", action="store_true", help="of the baselines, FlexAttention and SDPA only"
+    )
     parser.add_argument("--no-headline", action="store_true")
     parser.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16"))
     parser.add_argument(
@@ -317,7 +320,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     env["matmul_tflops"] = peak
     print(f"{env}", flush=True)
     trees = []
-    if not args.no_baselines:
+    if not args.no_baselines and not args.flex_only:
         v083 = load_tree_prefill(TREE_FILES["vllm-0.8.3"])
         v085 = load_tree_prefill(TREE_FILES["vllm-0.8.5"])
         trees = [("vLLM 0.8.3 (8 warps)", v083, 8), ("vLLM 0.8.3 (4 warps)", v083, 4),
@@ -325,7 +328,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     names = args.only or (list(QUICK) if args.quick else list(CASES))
     results = [bench_case(name, peak, args, trees) for name in names]
     report: Dict[str, Any] = {"environment": env, "cases": results}
-    if not args.no_headline and not args.no_baselines:
+    if not args.no_headline and trees:
         report["headline_ms"] = headline(peak, trees, args)
     if args.json:
         args.json.write_text(json.dumps(report, indent=1))

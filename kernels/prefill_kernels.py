@@ -13,9 +13,10 @@ C. the new tokens of the tile's own diagonal: the causal mask.
 
 A sliding window or ALiBi adds its term in every loop (``WINDOW`` starts loop A and B at
 the first tile the window can reach).  The online softmax runs in base 2 with
-``sm_scale * log2(e)`` folded into one multiply; the output is normalized once, at the
-end.  fp8 caches fold ``k_scale`` into the context loop's score scale and ``v_scale``
-into the accumulator between loops A and B, so no element is multiplied by a scale.
+``sm_scale * log2(e)`` folded into exp2's argument (one FMA per score); the output is
+normalized once, at the end.  fp8 caches fold ``k_scale`` into the context loop's score
+scale and ``v_scale`` into the accumulator between loops A and B, so no element is
+multiplied by a scale.
 
 Programs with the most work start first: within a sequence the last query tile sees
 the most keys, so tiles are numbered from the end.
@@ -35,18 +36,28 @@ LOG2E = 1.4426950408889634
 
 
 @triton.jit
-def _online_softmax_step(acc, l_i, m_i, s, v, GUARD: tl.constexpr):
-    """Fold one tile of base-2 scores ``s`` [M, N] and values ``v`` [N, D] into the state.
+def _online_softmax_step(acc, l_i, m_i, s, v, scale, SCALED: tl.constexpr, GUARD: tl.constexpr):
+    """Fold one tile of scores ``s`` [M, N] and values ``v`` [N, D] into the state.
+
+    ``s`` is the raw dot product unless ``SCALED`` (ALiBi adds its term after scaling).
+    The state is kept in base 2 and the maximum taken on raw scores (it commutes with
+    the positive scale), so a score costs one fused multiply-add on its way into exp2.
 
     With ``GUARD`` a row whose every score so far is -inf (a sliding window can hide a
     whole tile from a row) keeps a zero state instead of NaN.
     """
-    m_new = tl.maximum(m_i, tl.max(s, 1))
+    if SCALED:
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+    else:
+        m_new = tl.maximum(m_i, tl.max(s, 1) * scale)
     if GUARD:
         m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
     else:
         m_use = m_new
-    p = tl.math.exp2(s - m_use[:, None])
+    if SCALED:
+        p = tl.math.exp2(s - m_use[:, None])
+    else:
+        p = tl.math.exp2(s * scale - m_use[:, None])
     alpha = tl.math.exp2(m_i - m_use)
     l_i = l_i * alpha + tl.sum(p, 1)
     acc = acc * alpha[:, None]
@@ -56,12 +67,13 @@ def _online_softmax_step(acc, l_i, m_i, s, v, GUARD: tl.constexpr):
 
 @triton.jit
 def _bias_and_mask(
-    s, q_pos, k_pos, slope_log2, window, MASK: tl.constexpr, k_limit,
+    s, scale, q_pos, k_pos, slope_log2, window, MASK: tl.constexpr, k_limit,
     ALIBI: tl.constexpr, WINDOW: tl.constexpr, CAUSAL: tl.constexpr,
 ):  # fmt: skip
-    """The position-dependent terms of one tile of scores (all compile away when off)."""
+    """The position-dependent terms of one tile of raw scores (all compile away when
+    off); with ALiBi the tile comes back scaled (its term is in base-2 units)."""
     if ALIBI:
-        s += slope_log2 * (k_pos[None, :] - q_pos[:, None]).to(tl.float32)
+        s = s * scale + slope_log2 * (k_pos[None, :] - q_pos[:, None]).to(tl.float32)
     if MASK:
         keep = k_pos[None, :] < k_limit
         if CAUSAL:
@@ -122,9 +134,11 @@ def _context_tile(
     if FP8:
         k = k.to(q.dtype)
         v = v.to(q.dtype)
-    s = tl.dot(q, k) * ctx_scale
-    s = _bias_and_mask(s, q_pos, k_idx, slope_log2, window, MASK, ctx_len, ALIBI, WINDOW, False)
-    return _online_softmax_step(acc, l_i, m_i, s, v, WINDOW)
+    s = tl.dot(q, k)
+    s = _bias_and_mask(
+        s, ctx_scale, q_pos, k_idx, slope_log2, window, MASK, ctx_len, ALIBI, WINDOW, False
+    )
+    return _online_softmax_step(acc, l_i, m_i, s, v, ctx_scale, ALIBI, WINDOW)
 
 
 @triton.jit
@@ -229,12 +243,12 @@ def _prefix_prefill_kernel(
         k_ptrs = k_base + k_idx[None, :] * stride_kt + offs_d[:, None]
         v_ptrs = v_base + k_idx[:, None] * stride_vt + offs_d[None, :]
         k, v = _load_kv(k_ptrs, v_ptrs, d_ok, d_ok, D_PAD != HEAD_SIZE, False)
-        s = tl.dot(q, k) * qk_scale
+        s = tl.dot(q, k)
         s = _bias_and_mask(
-            s, q_pos, ctx_len + k_idx, slope_log2, window, WINDOW, ctx_len + m0,
+            s, qk_scale, q_pos, ctx_len + k_idx, slope_log2, window, WINDOW, ctx_len + m0,
             ALIBI, WINDOW, False,
         )  # fmt: skip
-        acc, l_i, m_i = _online_softmax_step(acc, l_i, m_i, s, v, WINDOW)
+        acc, l_i, m_i = _online_softmax_step(acc, l_i, m_i, s, v, qk_scale, ALIBI, WINDOW)
 
     # ---- C: the diagonal tiles (causal mask) --------------------------------------
     hi_c = tl.minimum(m0 + BLOCK_M, q_len)
@@ -243,12 +257,12 @@ def _prefix_prefill_kernel(
         k_ptrs = k_base + k_idx[None, :] * stride_kt + offs_d[:, None]
         v_ptrs = v_base + k_idx[:, None] * stride_vt + offs_d[None, :]
         k, v = _load_kv(k_ptrs, v_ptrs, d_ok, k_idx < q_len, D_PAD != HEAD_SIZE, True)
-        s = tl.dot(q, k) * qk_scale
+        s = tl.dot(q, k)
         s = _bias_and_mask(
-            s, q_pos, ctx_len + k_idx, slope_log2, window, True, ctx_len + q_len,
+            s, qk_scale, q_pos, ctx_len + k_idx, slope_log2, window, True, ctx_len + q_len,
             ALIBI, WINDOW, True,
         )  # fmt: skip
-        acc, l_i, m_i = _online_softmax_step(acc, l_i, m_i, s, v, WINDOW)
+        acc, l_i, m_i = _online_softmax_step(acc, l_i, m_i, s, v, qk_scale, ALIBI, WINDOW)
 
     out = acc / l_i[:, None]
     o_ptrs = OUT + (q_begin + offs_m)[:, None] * stride_ot + head * stride_oh + offs_d[None, :]

@@ -1,0 +1,141 @@
+"""Count the prefix-prefill kernel's SASS instructions per loop, without a GPU.
+
+Why: a GPU lease is short and not always granted; the compiled code can be read on any
+machine.  The launch is recorded as ``prefill_launch.prefix_prefill_triton`` makes it for
+a small case (head 128, bf16, 32/8 heads, page 16), compiled for the given compute
+capability through ``scripts/check_triton_compile.py``'s Triton 3.x path, and the cubin
+disassembled with the ``cuobjdump`` Triton ships.  A loop is the range from a backward
+branch's target to the branch; its opcodes are counted (a branch not taken at run time,
+such as a rarely taken ``if``, is counted all the same: this is a static count).
+
+    python3 scripts/prefill_sass.py 128,32,4,1 [128,64,8,3 ...] [--cc 90] [--head 128]
+        [--keep DIR]   # also write each config's .sass, .ptx and .ttgir there
+
+Prints, per config: shared memory, registers, and per loop the instruction count and the
+most frequent opcodes.  Triton 3.x only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import importlib.util
+import os
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+
+os.environ.pop("TRITON_INTERPRET", None)  # real compiles
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+
+from vllm_codemod.kernels import prefill_cases, prefill_launch  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+_INSTR = re.compile(r"\s+/\*([0-9a-f]+)\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_.]+)(.*?);")
+
+
+def _compile_check():
+    """check_triton_compile.py, loaded by path (scripts/ is not a package)."""
+    spec = importlib.util.spec_from_file_location(
+        "check_triton_compile", HERE / "check_triton_compile.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def compile_config(ctc, config, cc: int, head: int):
+    """The compiled kernel for one (BLOCK_M, BLOCK_N, warps, stages) config."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource, make_backend
+    from triton.runtime.jit import create_function_from_signature
+
+    a = prefill_cases.make_prefill_inputs([(256, 256)], 32, 8, head, 16, torch.bfloat16)
+    sink = []
+    saved = prefill_launch._prefix_prefill_kernel
+    try:
+        prefill_launch._prefix_prefill_kernel = ctc._Recorder("prefill", sink)
+        prefill_launch.prefix_prefill_triton(
+            **prefill_cases.launch_arguments(a), config=prefill_launch.PrefillConfig(*config)
+        )
+    finally:
+        prefill_launch._prefix_prefill_kernel = saved
+    name, args, kwargs = sink[0]
+    fn = ctc.KERNELS[name]
+    args, opts = ctc.full_args(fn, args, kwargs)
+    target = GPUTarget("cuda", cc, 32)
+    backend = make_backend(target)
+    binder = create_function_from_signature(fn.signature, fn.params, backend)
+    options = dict(opts, debug=False)
+    bound, specialization, opts3 = binder(*args, **options)
+    opts3, signature, constexprs, attrs = fn._pack_args(
+        backend, options, bound, specialization, opts3
+    )
+    source = ASTSource(fn, signature, constexprs, attrs)
+    return triton.compile(source, target=target, options=opts3.__dict__)
+
+
+def loops(sass: str):
+    """(start address, instruction count, opcode counter) per backward-branch loop."""
+    instrs = [
+        (int(m.group(1), 16), m.group(2).split(".")[0], m.group(3))
+        for m in map(_INSTR.match, sass.splitlines())
+        if m
+    ]
+    index = {addr: i for i, (addr, _, _) in enumerate(instrs)}
+    for i, (addr, op, rest) in enumerate(instrs):
+        target = re.search(r"0x([0-9a-f]+)", rest) if op == "BRA" else None
+        if target and int(target.group(1), 16) < addr and int(target.group(1), 16) in index:
+            body = instrs[index[int(target.group(1), 16)] : i + 1]
+            yield body[0][0], len(body), collections.Counter(o for _, o, _ in body)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("configs", nargs="+", help="BLOCK_M,BLOCK_N,warps,stages")
+    parser.add_argument("--cc", type=int, default=90)
+    parser.add_argument("--head", type=int, default=128)
+    parser.add_argument("--keep", type=Path)
+    ns = parser.parse_args()
+    ctc = _compile_check()
+    tools = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
+    for text in ns.configs:
+        config = tuple(int(x) for x in text.split(","))
+        kernel = compile_config(ctc, config, ns.cc, ns.head)
+        with tempfile.TemporaryDirectory() as tmp:
+            cubin = Path(tmp) / "k.cubin"
+            cubin.write_bytes(kernel.asm["cubin"])
+            sass = subprocess.run(
+                [str(tools / "cuobjdump"), "-sass", str(cubin)],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+            usage = subprocess.run(
+                [str(tools / "cuobjdump"), "-res-usage", str(cubin)],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+        regs = re.search(r"REG:(\d+)", usage)
+        print(
+            f"{config} cc {ns.cc} head {ns.head}: shared {kernel.metadata.shared} B, "
+            f"registers {regs.group(1) if regs else '?'}"
+        )
+        for start, count, ops in loops(sass):
+            top = " ".join(f"{op}:{n}" for op, n in ops.most_common(12))
+            print(f"  loop at {start:#x}: {count} instructions; {top}")
+        if ns.keep:
+            ns.keep.mkdir(parents=True, exist_ok=True)
+            stem = ns.keep / ("_".join(map(str, config)) + f"_cc{ns.cc}_h{ns.head}")
+            stem.with_suffix(".sass").write_text(sass)
+            stem.with_suffix(".ptx").write_text(kernel.asm["ptx"])
+            stem.with_suffix(".ttgir").write_text(kernel.asm["ttgir"])
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
