@@ -42,6 +42,7 @@ from vllm_codemod.kernels.prefill_cases import (
     sample_rows,
 )
 from vllm_codemod.kernels.prefill_launch import PrefillConfig, pick_config, prefix_prefill_triton
+from vllm_codemod.tuning.tree_imports import load_file
 
 ROOT = Path(__file__).resolve().parents[1]
 TREE_FILES = {
@@ -101,9 +102,8 @@ def ours(a: Dict[str, Any], config: Optional[PrefillConfig] = None) -> Callable[
 
 
 def load_tree_prefill(path: Path) -> types.ModuleType:
-    """A vendored ``prefix_prefill.py``, imported by path with a CUDA ``current_platform``."""
-    import importlib.util
-
+    """A vendored ``prefix_prefill.py``, imported by path (the project's one loader) with a
+    CUDA ``current_platform`` standing in for the ``vllm.platforms`` it imports."""
     platform = types.SimpleNamespace(
         has_device_capability=lambda cap: (
             torch.cuda.get_device_capability()[0] * 10 + torch.cuda.get_device_capability()[1]
@@ -113,20 +113,11 @@ def load_tree_prefill(path: Path) -> types.ModuleType:
         get_device_capability=lambda: torch.cuda.get_device_capability(),
         fp8_dtype=lambda: torch.float8_e4m3fn,
     )
-    saved = {n: sys.modules.get(n) for n in ("vllm", "vllm.platforms")}
-    sys.modules["vllm"] = types.ModuleType("vllm")
-    sys.modules["vllm.platforms"] = types.SimpleNamespace(current_platform=platform)
-    try:
-        spec = importlib.util.spec_from_file_location(f"tree_prefill_{path.parent.name}", path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        for name, mod in saved.items():
-            if mod is None:
-                sys.modules.pop(name, None)
-            else:
-                sys.modules[name] = mod
-    return module
+    stand_ins = {
+        "vllm": types.ModuleType("vllm"),
+        "vllm.platforms": types.SimpleNamespace(current_platform=platform),
+    }
+    return load_file(f"tree_prefill_{path.parent.name}", path, stand_ins=stand_ins, keep=False)
 
 
 def tree(a: Dict[str, Any], module: types.ModuleType, warps: Optional[int] = None):

@@ -358,7 +358,8 @@ def _shared_21(mod):
         return None
 
 
-def compile_3x(fn, args, opts, cc):
+def compiled_3x(fn, args, opts, cc):
+    """The compiled kernel for one recorded launch (Triton 3.x), as the JIT would build it."""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource, make_backend
     from triton.runtime.jit import create_function_from_signature
@@ -371,9 +372,13 @@ def compile_3x(fn, args, opts, cc):
     options, signature, constexprs, attrs = fn._pack_args(
         backend, kwargs, bound, specialization, options
     )
-    k = triton.compile(
+    return triton.compile(
         ASTSource(fn, signature, constexprs, attrs), target=target, options=options.__dict__
     )
+
+
+def compile_3x(fn, args, opts, cc):
+    k = compiled_3x(fn, args, opts, cc)
     assert "cubin" in k.asm
     return "cubin", int(k.metadata.shared)
 

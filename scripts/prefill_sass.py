@@ -49,10 +49,6 @@ def _compile_check():
 
 def compile_config(ctc, config, cc: int, head: int):
     """The compiled kernel for one (BLOCK_M, BLOCK_N, warps, stages) config."""
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource, make_backend
-    from triton.runtime.jit import create_function_from_signature
-
     a = prefill_cases.make_prefill_inputs([(256, 256)], 32, 8, head, 16, torch.bfloat16)
     sink = []
     saved = prefill_launch._prefix_prefill_kernel
@@ -66,16 +62,19 @@ def compile_config(ctc, config, cc: int, head: int):
     name, args, kwargs = sink[0]
     fn = ctc.KERNELS[name]
     args, opts = ctc.full_args(fn, args, kwargs)
-    target = GPUTarget("cuda", cc, 32)
-    backend = make_backend(target)
-    binder = create_function_from_signature(fn.signature, fn.params, backend)
-    options = dict(opts, debug=False)
-    bound, specialization, opts3 = binder(*args, **options)
-    opts3, signature, constexprs, attrs = fn._pack_args(
-        backend, options, bound, specialization, opts3
-    )
-    source = ASTSource(fn, signature, constexprs, attrs)
-    return triton.compile(source, target=target, options=opts3.__dict__)
+    return ctc.compiled_3x(fn, args, opts, cc)
+
+
+def cuobjdump(cubin: bytes, flag: str) -> str:
+    """``cuobjdump FLAG`` on a cubin, with the cuobjdump Triton ships."""
+    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "kernel.cubin"
+        path.write_bytes(cubin)
+        done = subprocess.run(
+            [str(tool), flag, str(path)], capture_output=True, text=True, check=True
+        )
+    return done.stdout
 
 
 def loops(sass: str):
@@ -101,25 +100,11 @@ def main() -> int:
     parser.add_argument("--keep", type=Path)
     ns = parser.parse_args()
     ctc = _compile_check()
-    tools = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
     for text in ns.configs:
         config = tuple(int(x) for x in text.split(","))
         kernel = compile_config(ctc, config, ns.cc, ns.head)
-        with tempfile.TemporaryDirectory() as tmp:
-            cubin = Path(tmp) / "k.cubin"
-            cubin.write_bytes(kernel.asm["cubin"])
-            sass = subprocess.run(
-                [str(tools / "cuobjdump"), "-sass", str(cubin)],
-                capture_output=True,
-                text=True,
-                check=True,
-            ).stdout
-            usage = subprocess.run(
-                [str(tools / "cuobjdump"), "-res-usage", str(cubin)],
-                capture_output=True,
-                text=True,
-                check=True,
-            ).stdout
+        sass = cuobjdump(kernel.asm["cubin"], "-sass")
+        usage = cuobjdump(kernel.asm["cubin"], "-res-usage")
         regs = re.search(r"REG:(\d+)", usage)
         print(
             f"{config} cc {ns.cc} head {ns.head}: shared {kernel.metadata.shared} B, "
