@@ -21,6 +21,13 @@ against the tree's 0.8.3 kernel.
 
     python benchmarks/bench_prefix_prefill.py [--quick] [--json out.json]
         [--config 128,64,8,3 ...] [--only NAME ...] [--no-baselines | --flex-only]
+        [--case SEQS,CTX,NEW,HQ,HKV,D ...] [--sorted-pages] [--no-time]
+
+``--case`` adds a shape to the table (e.g. a long context with few new tokens, where the
+paged loop does nearly all the work, or ``CTX`` 0, where it does none).
+``--sorted-pages`` lays each sequence's pages out in order instead of shuffled (does the
+gather's scatter cost anything?).  ``--no-time`` checks each row and runs it once, for a
+profiler: ``ncu --kernel-name regex:_prefix_prefill_kernel python ... --no-time``.
 """
 
 from __future__ import annotations
@@ -84,6 +91,10 @@ def make(seqs: int, ctx: int, new: int, hq: int, hkv: int, d: int, args) -> Dict
         kv_cache_dtype=args.kv_cache_dtype, alibi=args.alibi, sliding_window=args.window,
     )  # fmt: skip
     a.update(ctx=ctx, new=new)
+    if args.sorted_pages:
+        table = a["block_table"]
+        pages = -(-ctx // PAGE)
+        table[:, :pages] = table[:, :pages].sort(dim=1).values
     return a
 
 
@@ -194,7 +205,7 @@ def flex(a: Dict[str, Any]) -> Optional[Callable[[], None]]:
 
 def row_of(
     name: str, a: Dict[str, Any], fn: Callable[[], None], work: float, peak: float,
-    out_of: Optional[Callable[[], torch.Tensor]] = None,
+    out_of: Optional[Callable[[], torch.Tensor]] = None, no_time: bool = False,
 ) -> Dict[str, Any]:  # fmt: skip
     a["o"].fill_(float("nan"))
     fn()
@@ -204,6 +215,9 @@ def row_of(
     row: Dict[str, Any] = {"impl": name, "rel_err": err}
     if not err <= TOLERANCE:
         print(f"    {name:<22} WRONG rel err {err:.2e}", flush=True)
+        return row
+    if no_time:
+        print(f"    {name:<22} checked, err {err:.1e} (not timed)", flush=True)
         return row
     ms = bench(fn, warmup=100, rep=1500)
     row.update(ms=ms, tflops=work / ms / 1e9, pct=100 * work / ms / 1e9 / peak)
@@ -219,6 +233,18 @@ def contiguous_out(fn) -> Callable[[], torch.Tensor]:
     return lambda: fn.out[0].transpose(0, 1)
 
 
+def case_name(seqs: int, ctx: int, new: int, hq: int, hkv: int, d: int) -> str:
+    def k(n: int) -> str:
+        return f"{n // 1024}K" if n % 1024 == 0 and n else str(n)
+
+    return f"{seqs}x({k(ctx)}+{k(new)}) {hq}/{hkv}/{d}"
+
+
+def parse_case(text: str) -> Tuple[int, int, int, int, int, int]:
+    seqs, ctx, new, hq, hkv, d = (int(x) for x in text.split(","))
+    return seqs, ctx, new, hq, hkv, d
+
+
 def bench_case(name: str, peak: float, args, trees) -> Dict[str, Any]:
     seqs, ctx, new, hq, hkv, d = CASES[name]
     a = make(seqs, ctx, new, hq, hkv, d, args)
@@ -226,16 +252,17 @@ def bench_case(name: str, peak: float, args, trees) -> Dict[str, Any]:
     d_pad = max(1 << (d - 1).bit_length(), 16)
     default = pick_config(d_pad, a["q"].element_size(), a["k_cache"].element_size() == 1)
     print(f"{name}: {work / 1e12:.2f} TFLOP, default config {tuple(default)}", flush=True)
-    rows = [row_of(f"ours {tuple(default)}", a, ours(a), work, peak)]
-    for cfg in args.config:
+    rows = []
+    for cfg in [None] + args.config:
+        label = f"ours {tuple(cfg or default)}"
         try:
-            rows.append(row_of(f"ours {tuple(cfg)}", a, ours(a, cfg), work, peak))
+            rows.append(row_of(label, a, ours(a, cfg), work, peak, no_time=args.no_time))
         except Exception as exc:  # a config this device cannot compile (shared memory)
-            print(f"    ours {tuple(cfg)}: failed ({type(exc).__name__}: {str(exc)[:80]})")
-            rows.append({"impl": f"ours {tuple(cfg)}", "error": str(exc)[:200]})
+            print(f"    {label}: failed ({type(exc).__name__}: {str(exc)[:80]})")
+            rows.append({"impl": label, "error": str(exc)[:200]})
     if not args.no_baselines:
         for label, module, warps in trees:
-            rows.append(row_of(label, a, tree(a, module, warps), work, peak))
+            rows.append(row_of(label, a, tree(a, module, warps), work, peak, no_time=args.no_time))
         if seqs == 1 and args.kv_cache_dtype == "auto" and not args.alibi and not args.window:
             for label, make_fn in (("torch SDPA", sdpa), ("FlexAttention", flex)):
                 try:
@@ -244,7 +271,7 @@ def bench_case(name: str, peak: float, args, trees) -> Dict[str, Any]:
                     print(f"    {label}: unavailable ({type(exc).__name__}: {exc})")
                     continue
                 if fn is not None:
-                    rows.append(row_of(label, a, fn, work, peak, contiguous_out(fn)))
+                    rows.append(row_of(label, a, fn, work, peak, contiguous_out(fn), args.no_time))
     del a
     torch.cuda.empty_cache()
     return {"case": name, "shape": CASES[name], "tflop": work / 1e12, "rows": rows}
@@ -301,13 +328,18 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--alibi", action="store_true")
     parser.add_argument("--window", type=int, default=0)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--case", action="append", default=[], type=parse_case)
+    parser.add_argument("--sorted-pages", action="store_true")
+    parser.add_argument("--no-time", action="store_true", help="check and run once (ncu)")
     args = parser.parse_args(argv)
+    for shape in args.case:
+        CASES[case_name(*shape)] = shape
     args.dtype = getattr(torch, args.dtype)
     if not torch.cuda.is_available():
         print("bench_prefix_prefill: no CUDA device", file=sys.stderr)
         return 2
     env = environment()
-    peak = matmul_tflops()
+    peak = 1.0 if args.no_time else matmul_tflops()
     env["matmul_tflops"] = peak
     print(f"{env}", flush=True)
     trees = []
@@ -316,10 +348,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         v085 = load_tree_prefill(TREE_FILES["vllm-0.8.5"])
         trees = [("vLLM 0.8.3 (8 warps)", v083, 8), ("vLLM 0.8.3 (4 warps)", v083, 4),
                  ("vLLM 0.8.5", v085, None)]  # fmt: skip
-    names = args.only or (list(QUICK) if args.quick else list(CASES))
+    names = args.only + [case_name(*shape) for shape in args.case]
+    names = names or (list(QUICK) if args.quick else list(CASES))
     results = [bench_case(name, peak, args, trees) for name in names]
     report: Dict[str, Any] = {"environment": env, "cases": results}
-    if not args.no_headline and trees:
+    if not args.no_headline and not args.no_time and trees:
         report["headline_ms"] = headline(peak, trees, args)
     if args.json:
         args.json.write_text(json.dumps(report, indent=1))

@@ -39,7 +39,8 @@ install() {
   python3 -m pip install -q --no-deps --no-build-isolation -e .
 }
 
-step install 120 install
+export -f install  # `timeout` runs programs, not shell functions
+step install 120 bash -c install
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
 step prefill-tests 200 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_prefill_gpu.py
 step cli-tests 240 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_tune_triton.py \
