@@ -6,7 +6,11 @@ fused-attention tutorial and of LightLLM's prompt-cache kernel):
 
 A. the cached context, read from the paged caches through the block table in tiles of
    ``BLOCK_N`` tokens (a multiple of the page size reads whole pages): no mask but on
-   the last, partial tile;
+   the last, partial tile.  Pipelined by hand: the next tile's K/V are loaded into
+   registers while the current one is folded in (Triton's own pipeliner leaves a load
+   whose address comes from another load too little lead), and K is read as
+   ``[N, D / X, X]`` so that a warp's threads walk the tokens of a page (coalesced)
+   rather than its head dimension (256 bytes apart) where Triton can reshape (3.0+);
 B. the new tokens before the tile's first query: no mask (every key precedes every
    query of the tile);
 C. the new tokens of the tile's own diagonal: the causal mask.
@@ -22,7 +26,8 @@ Programs with the most work start first: within a sequence the last query tile s
 the most keys, so tiles are numbered from the end.
 
 Only Triton 2.1 language features: tl.dot, masked tl.load/tl.store, tl.max/tl.sum,
-tl.math.exp2, tl.where, tl.arange, tl.zeros, constexpr.  Launch choices:
+tl.math.exp2, tl.where, tl.arange, tl.zeros, tl.trans, constexpr; ``tl.reshape`` only
+behind ``HAS_RESHAPE``.  Launch choices:
 ``prefill_launch.py``.
 """
 
@@ -33,6 +38,24 @@ import triton.language as tl
 
 #: log2(e): scores are kept in base 2 so the softmax can use exp2.
 LOG2E = 1.4426950408889634
+
+#: Whether this Triton can merge tile dimensions (``tl.reshape``: 3.0 and later); the
+#: launcher turns ``K_3D`` on only then.
+HAS_RESHAPE = hasattr(tl, "permute")  # 3.0+; 2.1 has a tl.reshape that raises
+
+if HAS_RESHAPE:
+
+    @triton.jit
+    def _lanes_to_rows(k3, D_PAD: tl.constexpr, BLOCK_N: tl.constexpr):
+        """[N, D / X, X] -> K^T [D, N] (merge, then transpose: both rename registers)."""
+        return tl.trans(tl.reshape(k3, (BLOCK_N, D_PAD)))
+
+else:  # Triton 2.x: its JIT resolves every tl.X of a kernel, also on a branch never taken
+
+    @triton.jit
+    def _lanes_to_rows(k3, D_PAD: tl.constexpr, BLOCK_N: tl.constexpr):
+        """Never called: K_3D is off where tl.reshape is missing."""
+        return k3
 
 
 @triton.jit
@@ -101,25 +124,28 @@ def _load_kv(k_ptrs, v_ptrs, d_ok, n_ok, PADDED: tl.constexpr, MASK_N: tl.conste
 
 
 @triton.jit
-def _context_tile(
-    acc, l_i, m_i, q, start_n, ctx_len, q_pos, slope_log2, window, ctx_scale,
-    bt_row, kc_base, vc_base, k_d, v_d, d_ok, offs_n,
+def _page_blocks(bt_row, start_n, offs_n, ctx_len, PAGE: tl.constexpr, MASK: tl.constexpr):
+    """Each token's page number for the tile at ``start_n`` (0 past the context)."""
+    k_idx = start_n + offs_n
+    if MASK:
+        return tl.load(bt_row + k_idx // PAGE, mask=k_idx < ctx_len, other=0).to(tl.int64)
+    return tl.load(bt_row + k_idx // PAGE).to(tl.int64)
+
+
+@triton.jit
+def _context_kv(
+    blk, start_n, kc_base, vc_base, k_d, v_d, d_ok, offs_n,
     stride_kcb, stride_kct, stride_vcb, stride_vct,
-    HEAD_SIZE: tl.constexpr, D_PAD: tl.constexpr, PAGE: tl.constexpr, MASK: tl.constexpr,
-    FP8: tl.constexpr, ALIBI: tl.constexpr, WINDOW: tl.constexpr,
-    K_RUN: tl.constexpr, V_RUN: tl.constexpr,
+    HEAD_SIZE: tl.constexpr, D_PAD: tl.constexpr, PAGE: tl.constexpr,
+    K_RUN: tl.constexpr, V_RUN: tl.constexpr, stride_kcd, X: tl.constexpr,
+    BLOCK_N: tl.constexpr, K_3D: tl.constexpr,
 ):  # fmt: skip
-    """One tile of cached keys: one block-table entry per page, K^T [D, N] and V [N, D].
+    """K^T [D, N] and V [N, D] of one tile of cached tokens, whose pages are ``blk``.
 
     Tokens past the context read page 0 (their table entries are masked to 0) and are
     masked out of the scores, so the loads themselves need no token mask.
     """
-    k_idx = start_n + offs_n
-    if MASK:
-        blk = tl.load(bt_row + k_idx // PAGE, mask=k_idx < ctx_len, other=0).to(tl.int64)
-    else:
-        blk = tl.load(bt_row + k_idx // PAGE).to(tl.int64)
-    t_in = k_idx % PAGE
+    t_in = (start_n + offs_n) % PAGE
     k_tok = blk * stride_kcb + t_in * stride_kct
     v_tok = blk * stride_vcb + t_in * stride_vct
     # The block numbers are loaded values, so the compiler cannot see that one page of
@@ -128,16 +154,45 @@ def _context_tile(
     # tile is pipelined.  The launcher sets the runs only where the strides allow them.
     k_tok = tl.multiple_of(k_tok, K_RUN)
     v_tok = tl.max_contiguous(tl.multiple_of(v_tok, V_RUN), V_RUN)
-    k_ptrs = kc_base + k_tok[None, :] + k_d[:, None]
     v_ptrs = vc_base + v_tok[:, None] + v_d[None, :]
-    k, v = _load_kv(k_ptrs, v_ptrs, d_ok, d_ok, D_PAD != HEAD_SIZE, False)
+    if K_3D:
+        # K read as [N, D / X, X]: a warp's threads then walk the tokens of a page, whose
+        # X-lane runs are adjacent in the cache (a 2-D [D, N] tile puts the threads along
+        # D instead, 256 bytes apart: four times the cache lines per load).  The merge
+        # and transpose to K^T [D, N] only rename registers.
+        offs_c = tl.arange(0, D_PAD // X)
+        offs_x = tl.arange(0, X)
+        k3_ptrs = (
+            kc_base + k_tok[:, None, None] + offs_c[None, :, None] * stride_kcd
+            + offs_x[None, None, :]
+        )  # fmt: skip
+        if D_PAD != HEAD_SIZE:
+            d3_ok = (offs_c[None, :, None] * X + offs_x[None, None, :]) < HEAD_SIZE
+            k3 = tl.load(k3_ptrs, mask=d3_ok, other=0.0)
+            v = tl.load(v_ptrs, mask=d_ok[None, :], other=0.0)
+        else:
+            k3 = tl.load(k3_ptrs)
+            v = tl.load(v_ptrs)
+        k = _lanes_to_rows(k3, D_PAD, BLOCK_N)
+        return k, v
+    k_ptrs = kc_base + k_tok[None, :] + k_d[:, None]
+    return _load_kv(k_ptrs, v_ptrs, d_ok, d_ok, D_PAD != HEAD_SIZE, False)
+
+
+@triton.jit
+def _context_fold(
+    acc, l_i, m_i, q, k, v, start_n, ctx_len, q_pos, slope_log2, window, ctx_scale, offs_n,
+    MASK: tl.constexpr, FP8: tl.constexpr, ALIBI: tl.constexpr, WINDOW: tl.constexpr,
+):  # fmt: skip
+    """One tile of cached keys and values into the softmax state."""
     if FP8:
         k = k.to(q.dtype)
         v = v.to(q.dtype)
     s = tl.dot(q, k)
     s = _bias_and_mask(
-        s, ctx_scale, q_pos, k_idx, slope_log2, window, MASK, ctx_len, ALIBI, WINDOW, False
-    )
+        s, ctx_scale, q_pos, start_n + offs_n, slope_log2, window, MASK, ctx_len, ALIBI,
+        WINDOW, False,
+    )  # fmt: skip
     return _online_softmax_step(acc, l_i, m_i, s, v, ctx_scale, ALIBI, WINDOW)
 
 
@@ -154,7 +209,7 @@ def _prefix_prefill_kernel(
     X: tl.constexpr, PAGE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     FP8: tl.constexpr, ALIBI: tl.constexpr, WINDOW: tl.constexpr, SKIP_DECODE: tl.constexpr,
-    K_RUN: tl.constexpr, V_RUN: tl.constexpr,
+    K_RUN: tl.constexpr, V_RUN: tl.constexpr, K_3D: tl.constexpr,
 ):  # fmt: skip
     m_tile = num_m_tiles - 1 - tl.program_id(0)  # longest tiles first
     seq = tl.program_id(1)
@@ -202,32 +257,42 @@ def _prefix_prefill_kernel(
     k_d = (offs_d // X) * stride_kcd + (offs_d % X)
     k_d = tl.max_contiguous(tl.multiple_of(k_d, K_RUN), K_RUN)  # x lanes are contiguous
     v_d = offs_d * stride_vcd
+    full_end = (ctx_len // BLOCK_N) * BLOCK_N
+    lo = 0
     if WINDOW:
-        # from the tile holding the first key the tile's first query can see
+        # from the tile holding the first key the tile's first query can see (at most
+        # the partial last tile, which the prefetch below must find loaded)
         lo = tl.maximum(ctx_len + m0 - window + 1, 0)
-        for start_n in range((lo // BLOCK_N) * BLOCK_N, ctx_len, BLOCK_N):
-            acc, l_i, m_i = _context_tile(
-                acc, l_i, m_i, q, start_n, ctx_len, q_pos, slope_log2, window, ctx_scale,
-                bt_row, kc_base, vc_base, k_d, v_d, d_ok, offs_n,
-                stride_kcb, stride_kct, stride_vcb, stride_vct,
-                HEAD_SIZE, D_PAD, PAGE, True, FP8, ALIBI, True, K_RUN, V_RUN,
-            )  # fmt: skip
-    else:
-        full_end = (ctx_len // BLOCK_N) * BLOCK_N
-        for start_n in range(0, full_end, BLOCK_N):
-            acc, l_i, m_i = _context_tile(
-                acc, l_i, m_i, q, start_n, ctx_len, q_pos, slope_log2, window, ctx_scale,
-                bt_row, kc_base, vc_base, k_d, v_d, d_ok, offs_n,
-                stride_kcb, stride_kct, stride_vcb, stride_vct,
-                HEAD_SIZE, D_PAD, PAGE, False, FP8, ALIBI, False, K_RUN, V_RUN,
-            )  # fmt: skip
-        if full_end < ctx_len:
-            acc, l_i, m_i = _context_tile(
-                acc, l_i, m_i, q, full_end, ctx_len, q_pos, slope_log2, window, ctx_scale,
-                bt_row, kc_base, vc_base, k_d, v_d, d_ok, offs_n,
-                stride_kcb, stride_kct, stride_vcb, stride_vct,
-                HEAD_SIZE, D_PAD, PAGE, True, FP8, ALIBI, False, K_RUN, V_RUN,
-            )  # fmt: skip
+        lo = tl.minimum((lo // BLOCK_N) * BLOCK_N, full_end)
+    # Software pipelining by hand: the next tile's K/V are loaded into registers
+    # while this one is folded in, and the page numbers one tile further ahead.
+    # (Triton's pipeliner gives a load whose address comes from another load only
+    # one tile of lead, too little to hide it; with one stage it gives none.)
+    blk = _page_blocks(bt_row, lo, offs_n, ctx_len, PAGE, True)
+    k_cur, v_cur = _context_kv(
+        blk, lo, kc_base, vc_base, k_d, v_d, d_ok, offs_n,
+        stride_kcb, stride_kct, stride_vcb, stride_vct, HEAD_SIZE, D_PAD, PAGE,
+        K_RUN, V_RUN, stride_kcd, X, BLOCK_N, K_3D,
+    )  # fmt: skip
+    blk_next = _page_blocks(bt_row, lo + BLOCK_N, offs_n, ctx_len, PAGE, True)
+    for start_n in range(lo, full_end, BLOCK_N):
+        k_next, v_next = _context_kv(
+            blk_next, start_n + BLOCK_N, kc_base, vc_base, k_d, v_d, d_ok, offs_n,
+            stride_kcb, stride_kct, stride_vcb, stride_vct, HEAD_SIZE, D_PAD, PAGE,
+            K_RUN, V_RUN, stride_kcd, X, BLOCK_N, K_3D,
+        )  # fmt: skip
+        blk_next = _page_blocks(bt_row, start_n + 2 * BLOCK_N, offs_n, ctx_len, PAGE, True)
+        acc, l_i, m_i = _context_fold(
+            acc, l_i, m_i, q, k_cur, v_cur, start_n, ctx_len, q_pos, slope_log2, window,
+            ctx_scale, offs_n, WINDOW, FP8, ALIBI, WINDOW,
+        )  # fmt: skip
+        k_cur = k_next
+        v_cur = v_next
+    if full_end < ctx_len:
+        acc, l_i, m_i = _context_fold(
+            acc, l_i, m_i, q, k_cur, v_cur, full_end, ctx_len, q_pos, slope_log2, window,
+            ctx_scale, offs_n, True, FP8, ALIBI, WINDOW,
+        )  # fmt: skip
     if FP8:
         acc = acc * tl.load(V_SCALE).to(tl.float32)
 

@@ -52,4 +52,6 @@ def test_triton_kernels_under_interpreter():
 def test_prefill_kernel_under_interpreter():
     proc = _run_under_interpreter("prefill_interpret_check.py")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.count("ok ") >= 16, proc.stdout
+    assert proc.stdout.count("ok  K 2-D") >= 16, proc.stdout
+    skipped_3d = "K 3-D: this Triton has no tl.permute" in proc.stdout  # Triton 2.x
+    assert skipped_3d or proc.stdout.count("ok  K 3-D") >= 16, proc.stdout
