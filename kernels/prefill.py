@@ -273,8 +273,23 @@ def _requested() -> str:
     return choice
 
 
+#: The oldest Triton the bundled prefill kernel is known to compile on.  Triton 2.1.0's
+#: layout pass never returns on its context loop (a CPU compile check, left running for
+#: 450 s; docs/kernel-notes.md, session 11); 2.2 and 2.3 were not checked.
+MIN_TRITON = (3, 0)
+
+
+def _triton_version(triton: Any) -> Tuple[int, int]:
+    parts = str(getattr(triton, "__version__", "0.0")).split(".")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return (0, 0)
+
+
 def _triton_launch():
-    """``prefix_prefill_triton``, or None where Triton is missing or vLLM's placeholder."""
+    """``prefix_prefill_triton``, or None where Triton is missing, vLLM's placeholder, or
+    older than ``MIN_TRITON`` (then ``_triton_state["too_old"]`` says so)."""
     if not _triton_state["checked"]:
         _triton_state["checked"] = True
         try:
@@ -284,6 +299,9 @@ def _triton_launch():
 
             if _is_placeholder(triton):
                 raise ImportError(f"'triton' is a placeholder ({type(triton).__name__})")
+            if _triton_version(triton) < MIN_TRITON:
+                _triton_state["too_old"] = f"Triton {triton.__version__} is older than 3.0"
+                raise ImportError(_triton_state["too_old"])
             from .prefill_launch import prefix_prefill_triton
         except Exception as exc:  # ImportError, or a Triton that fails at import
             _triton_state["error"] = repr(exc)
@@ -315,6 +333,8 @@ def run(call: PrefillCall, choice: str = "auto") -> str:
         return _torch_path(call)  # Triton is not even imported for CPU tensors
     launch = _triton_launch()
     if launch is None:
+        if _triton_state.get("too_old"):  # the tree's kernel was built for this Triton
+            return _decline(_triton_state["too_old"])
         return _torch_path(call)  # the tree's kernel needs Triton too
     dtypes = (call.q.dtype, call.k_cache.dtype)
     if dtypes in _triton_failed:

@@ -384,3 +384,26 @@ def test_verify_runs_the_prefill_cases_and_catches_a_broken_copy(tmp_path):
     assert broken.exit_code == 2
     rows = json.loads(broken.output)["results"]
     assert {r["shape"] for r in rows if not r["ok"]} == {r["shape"] for r in prefill_rows}
+
+
+def test_a_triton_older_than_3_leaves_cuda_calls_to_the_tree(monkeypatch):
+    # Triton 2.1's layout pass never returns on the bundled kernel's context loop, so
+    # such a box must run the tree's own kernel (built for its Triton), never hang.
+    fake = types.ModuleType("triton")
+    fake.__version__ = "2.1.0"
+    fake.__file__ = "/site-packages/triton/__init__.py"  # a real install, not vLLM's stand-in
+    monkeypatch.setitem(sys.modules, "triton", fake)
+    state = {"checked": False, "launch": None, "error": None}
+    monkeypatch.setattr(prefill, "_triton_state", state)
+    assert prefill._triton_launch() is None
+    assert "2.1.0" in state["too_old"]
+    call = types.SimpleNamespace(q=types.SimpleNamespace(is_cuda=True))
+    assert prefill.run(call) == "tree"
+    with pytest.raises(RuntimeError, match="older than 3.0"):
+        prefill.run(call, "triton")
+
+
+def test_triton_version_parsing():
+    assert prefill._triton_version(types.SimpleNamespace(__version__="3.6.0")) == (3, 6)
+    assert prefill._triton_version(types.SimpleNamespace(__version__="2.1.0+abc")) == (2, 1)
+    assert prefill._triton_version(types.SimpleNamespace(__version__="weird")) == (0, 0)
