@@ -27,7 +27,7 @@ the most keys, so tiles are numbered from the end.
 
 Only Triton 2.1 language features: tl.dot, masked tl.load/tl.store, tl.max/tl.sum,
 tl.math.exp2, tl.where, tl.arange, tl.zeros, tl.trans, constexpr; ``tl.reshape`` only
-behind ``HAS_RESHAPE``.  Launch choices:
+behind ``K_3D``.  Launch choices:
 ``prefill_launch.py``.
 """
 
@@ -39,23 +39,13 @@ import triton.language as tl
 #: log2(e): scores are kept in base 2 so the softmax can use exp2.
 LOG2E = 1.4426950408889634
 
-#: Whether this Triton can merge tile dimensions (``tl.reshape``: 3.0 and later); the
-#: launcher turns ``K_3D`` on only then.
-HAS_RESHAPE = hasattr(tl, "permute")  # 3.0+; 2.1 has a tl.reshape that raises
 
-if HAS_RESHAPE:
-
-    @triton.jit
-    def _lanes_to_rows(k3, D_PAD: tl.constexpr, BLOCK_N: tl.constexpr):
-        """[N, D / X, X] -> K^T [D, N] (merge, then transpose: both rename registers)."""
-        return tl.trans(tl.reshape(k3, (BLOCK_N, D_PAD)))
-
-else:  # Triton 2.x: its JIT resolves every tl.X of a kernel, also on a branch never taken
-
-    @triton.jit
-    def _lanes_to_rows(k3, D_PAD: tl.constexpr, BLOCK_N: tl.constexpr):
-        """Never called: K_3D is off where tl.reshape is missing."""
-        return k3
+@triton.jit
+def _lanes_to_rows(k3, D_PAD: tl.constexpr, BLOCK_N: tl.constexpr):
+    """[N, D / X, X] -> K^T [D, N] (merge, then transpose: both rename registers).
+    Triton 3.0+ only (2.1's tl.reshape raises): traced only where the launcher sets
+    ``K_3D``."""
+    return tl.trans(tl.reshape(k3, (BLOCK_N, D_PAD)))
 
 
 @triton.jit

@@ -16,8 +16,9 @@ from typing import Any, Dict, NamedTuple, Optional, Tuple
 import torch
 import triton
 
+from .decode_launch import HAS_PERMUTE  # Triton 3.0+: the 3-D K load
 from .log import log
-from .prefill_kernels import HAS_RESHAPE, LOG2E, _prefix_prefill_kernel
+from .prefill_kernels import LOG2E, _prefix_prefill_kernel
 
 #: Shared memory per program every built-in config must fit (BI-V100: 48 KB per block).
 PORTABLE_SHARED_BYTES = 48 * 1024
@@ -199,7 +200,7 @@ def prefix_prefill_triton(
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
         FP8=fp8, ALIBI=alibi_slopes is not None, WINDOW=window > 0,
         SKIP_DECODE=bool(skip_decode), K_RUN=k_run, V_RUN=v_run,
-        K_3D=HAS_RESHAPE,
+        K_3D=HAS_PERMUTE,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import importlib.util
 import os
 import re
 import subprocess
@@ -32,6 +31,7 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 
 from vllm_codemod.kernels import prefill_cases, prefill_launch  # noqa: E402
+from vllm_codemod.tuning.tree_imports import load_file  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 _INSTR = re.compile(r"\s+/\*([0-9a-f]+)\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_.]+)(.*?);")
@@ -39,12 +39,7 @@ _INSTR = re.compile(r"\s+/\*([0-9a-f]+)\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_.]+)(.*?)
 
 def _compile_check():
     """check_triton_compile.py, loaded by path (scripts/ is not a package)."""
-    spec = importlib.util.spec_from_file_location(
-        "check_triton_compile", HERE / "check_triton_compile.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file("check_triton_compile", HERE / "check_triton_compile.py", keep=False)
 
 
 def compile_config(ctc, config, cc: int, head: int):

@@ -66,10 +66,10 @@ def main() -> int:
     _patch_interpreter()  # bf16 tl.dot and loop bounds under the interpreter
     failed = 0
     for form, k_3d in K_FORMS.items():
-        if k_3d and not prefill_launch.HAS_RESHAPE:
+        if k_3d and not prefill_launch.HAS_PERMUTE:
             print(f"--  {form}: this Triton has no tl.permute/tl.reshape; not run", flush=True)
             continue
-        prefill_launch.HAS_RESHAPE = k_3d
+        prefill_launch.HAS_PERMUTE = k_3d
         for name, case in CASES.items():
             err = run(name)
             ok = err <= TOLERANCE[case[5]]
