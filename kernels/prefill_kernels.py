@@ -27,8 +27,11 @@ the most keys, so tiles are numbered from the end.
 
 Only Triton 2.1 language features: tl.dot, masked tl.load/tl.store, tl.max/tl.sum,
 tl.math.exp2, tl.where, tl.arange, tl.zeros, tl.trans, constexpr; ``tl.reshape`` only
-behind ``K_3D``.  Launch choices:
-``prefill_launch.py``.
+behind ``K_3D``.  ``LEGACY`` (set where Triton is older than 3.0) picks two forms Triton
+2.1's layout pass (``remove_layout_conversions``) can compile, where the 3.x forms make
+it fail or never return: scores scaled before their row maximum, and the context's
+partial last tile folded in by a loop of at most one trip instead of an ``if``.  Launch
+choices: ``prefill_launch.py``.
 """
 
 from __future__ import annotations
@@ -49,17 +52,26 @@ def _lanes_to_rows(k3, D_PAD: tl.constexpr, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
-def _online_softmax_step(acc, l_i, m_i, s, v, scale, SCALED: tl.constexpr, GUARD: tl.constexpr):
+def _online_softmax_step(
+    acc, l_i, m_i, s, v, scale, SCALED: tl.constexpr, GUARD: tl.constexpr,
+    LEGACY: tl.constexpr,
+):  # fmt: skip
     """Fold one tile of scores ``s`` [M, N] and values ``v`` [N, D] into the state.
 
     ``s`` is the raw dot product unless ``SCALED`` (ALiBi adds its term after scaling).
     The state is kept in base 2 and the maximum taken on raw scores (it commutes with
     the positive scale), so a score costs one fused multiply-add on its way into exp2.
+    ``LEGACY`` scales the scores first instead (one more multiply per score): Triton
+    2.1's layout pass gives ``tl.max(s, 1) * scale`` an encoding other than the running
+    maximum's and the kernel fails to compile (``cmpf op requires the same encoding``).
 
     With ``GUARD`` a row whose every score so far is -inf (a sliding window can hide a
     whole tile from a row) keeps a zero state instead of NaN.
     """
     if SCALED:
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+    elif LEGACY:
+        s = s * scale
         m_new = tl.maximum(m_i, tl.max(s, 1))
     else:
         m_new = tl.maximum(m_i, tl.max(s, 1) * scale)
@@ -67,7 +79,7 @@ def _online_softmax_step(acc, l_i, m_i, s, v, scale, SCALED: tl.constexpr, GUARD
         m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
     else:
         m_use = m_new
-    if SCALED:
+    if SCALED or LEGACY:
         p = tl.math.exp2(s - m_use[:, None])
     else:
         p = tl.math.exp2(s * scale - m_use[:, None])
@@ -173,6 +185,7 @@ def _context_kv(
 def _context_fold(
     acc, l_i, m_i, q, k, v, start_n, ctx_len, q_pos, slope_log2, window, ctx_scale, offs_n,
     MASK: tl.constexpr, FP8: tl.constexpr, ALIBI: tl.constexpr, WINDOW: tl.constexpr,
+    LEGACY: tl.constexpr,
 ):  # fmt: skip
     """One tile of cached keys and values into the softmax state."""
     if FP8:
@@ -183,7 +196,7 @@ def _context_fold(
         s, ctx_scale, q_pos, start_n + offs_n, slope_log2, window, MASK, ctx_len, ALIBI,
         WINDOW, False,
     )  # fmt: skip
-    return _online_softmax_step(acc, l_i, m_i, s, v, ctx_scale, ALIBI, WINDOW)
+    return _online_softmax_step(acc, l_i, m_i, s, v, ctx_scale, ALIBI, WINDOW, LEGACY)
 
 
 @triton.jit
@@ -199,7 +212,7 @@ def _prefix_prefill_kernel(
     X: tl.constexpr, PAGE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     FP8: tl.constexpr, ALIBI: tl.constexpr, WINDOW: tl.constexpr, SKIP_DECODE: tl.constexpr,
-    K_RUN: tl.constexpr, V_RUN: tl.constexpr, K_3D: tl.constexpr,
+    K_RUN: tl.constexpr, V_RUN: tl.constexpr, K_3D: tl.constexpr, LEGACY: tl.constexpr,
 ):  # fmt: skip
     m_tile = num_m_tiles - 1 - tl.program_id(0)  # longest tiles first
     seq = tl.program_id(1)
@@ -274,14 +287,31 @@ def _prefix_prefill_kernel(
         blk_next = _page_blocks(bt_row, start_n + 2 * BLOCK_N, offs_n, ctx_len, PAGE, True)
         acc, l_i, m_i = _context_fold(
             acc, l_i, m_i, q, k_cur, v_cur, start_n, ctx_len, q_pos, slope_log2, window,
-            ctx_scale, offs_n, WINDOW, FP8, ALIBI, WINDOW,
+            ctx_scale, offs_n, WINDOW, FP8, ALIBI, WINDOW, LEGACY,
         )  # fmt: skip
         k_cur = k_next
         v_cur = v_next
-    if full_end < ctx_len:
+    if LEGACY:
+        # The partial last tile as a loop of at most one trip that loads its own K/V
+        # (the prefetched ones go unused): behind an ``if``, Triton 2.1's layout pass
+        # never returns on this kernel; with loop-invariant K/V the loop's first dot is
+        # hoisted out of it, its second gets another MMA layout, and 2.1 aborts on the
+        # MMA -> MMA conversion between them (CPU compile checks, docs/kernel-notes.md).
+        for tail_n in range(full_end, ctx_len, BLOCK_N):
+            blk_t = _page_blocks(bt_row, tail_n, offs_n, ctx_len, PAGE, True)
+            k_t, v_t = _context_kv(
+                blk_t, tail_n, kc_base, vc_base, k_d, v_d, d_ok, offs_n,
+                stride_kcb, stride_kct, stride_vcb, stride_vct, HEAD_SIZE, D_PAD, PAGE,
+                K_RUN, V_RUN, stride_kcd, X, BLOCK_N, K_3D,
+            )  # fmt: skip
+            acc, l_i, m_i = _context_fold(
+                acc, l_i, m_i, q, k_t, v_t, tail_n, ctx_len, q_pos, slope_log2, window,
+                ctx_scale, offs_n, True, FP8, ALIBI, WINDOW, LEGACY,
+            )  # fmt: skip
+    elif full_end < ctx_len:
         acc, l_i, m_i = _context_fold(
             acc, l_i, m_i, q, k_cur, v_cur, full_end, ctx_len, q_pos, slope_log2, window,
-            ctx_scale, offs_n, True, FP8, ALIBI, WINDOW,
+            ctx_scale, offs_n, True, FP8, ALIBI, WINDOW, LEGACY,
         )  # fmt: skip
     if FP8:
         acc = acc * tl.load(V_SCALE).to(tl.float32)
@@ -303,7 +333,7 @@ def _prefix_prefill_kernel(
             s, qk_scale, q_pos, ctx_len + k_idx, slope_log2, window, WINDOW, ctx_len + m0,
             ALIBI, WINDOW, False,
         )  # fmt: skip
-        acc, l_i, m_i = _online_softmax_step(acc, l_i, m_i, s, v, qk_scale, ALIBI, WINDOW)
+        acc, l_i, m_i = _online_softmax_step(acc, l_i, m_i, s, v, qk_scale, ALIBI, WINDOW, LEGACY)
 
     # ---- C: the diagonal tiles (causal mask) --------------------------------------
     hi_c = tl.minimum(m0 + BLOCK_M, q_len)
@@ -317,7 +347,7 @@ def _prefix_prefill_kernel(
             s, qk_scale, q_pos, ctx_len + k_idx, slope_log2, window, True, ctx_len + q_len,
             ALIBI, WINDOW, True,
         )  # fmt: skip
-        acc, l_i, m_i = _online_softmax_step(acc, l_i, m_i, s, v, qk_scale, ALIBI, WINDOW)
+        acc, l_i, m_i = _online_softmax_step(acc, l_i, m_i, s, v, qk_scale, ALIBI, WINDOW, LEGACY)
 
     out = acc / l_i[:, None]
     o_ptrs = OUT + (q_begin + offs_m)[:, None] * stride_ot + head * stride_oh + offs_d[None, :]

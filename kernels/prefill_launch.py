@@ -200,7 +200,7 @@ def prefix_prefill_triton(
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
         FP8=fp8, ALIBI=alibi_slopes is not None, WINDOW=window > 0,
         SKIP_DECODE=bool(skip_decode), K_RUN=k_run, V_RUN=v_run,
-        K_3D=HAS_PERMUTE,
+        K_3D=HAS_PERMUTE, LEGACY=not HAS_PERMUTE,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip
 

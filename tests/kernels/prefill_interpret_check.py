@@ -58,7 +58,7 @@ def run(name: str) -> float:
 
 
 #: The context's K tile both ways the launcher can read it: as [N, D / X, X] (Triton 3.0+)
-#: and as a plain [D, N] gather (what Triton 2.x gets).
+#: and as a plain [D, N] gather with the kernel's ``LEGACY`` forms (what Triton 2.x gets).
 K_FORMS = {"K 3-D": True, "K 2-D": False}
 
 
