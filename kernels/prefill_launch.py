@@ -104,8 +104,14 @@ def _read_tables(device: torch.device) -> None:
 
 def pick_config(d_pad: int, elem_bytes: int, fp8_cache: bool = False) -> PrefillConfig:
     """The tuned config for this head size and element width, else the built-in default
-    (for its cache type: fp8 caches have their own where the default would not fit)."""
-    tuned = _tuned.get((d_pad, elem_bytes))
+    (for its cache type: fp8 caches have their own where the default would not fit).
+
+    A tuned config applies to caches of the query's dtype only: ``tune`` times 16-bit
+    caches, and an fp8 cache's conversion needs shared memory beyond the estimate that
+    admitted the config (on sm_80 the 48 KB head-128 default needs 68 KB with fp8
+    caches), so a config that fits a device's limit with 16-bit caches may not with fp8
+    ones."""
+    tuned = None if fp8_cache else _tuned.get((d_pad, elem_bytes))
     if tuned is not None:
         return tuned
     key = min(max(d_pad, 32), 256)

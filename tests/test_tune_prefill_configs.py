@@ -265,6 +265,8 @@ def test_the_launcher_reads_the_tables_once(tmp_path, monkeypatch):
     try:
         launch._read_tables(torch.device("cuda", 0))
         assert launch.pick_config(128, 2) == launch.PrefillConfig(128, 64, 8, 2)
+        # measured on 16-bit caches only: fp8 caches keep their built-in config
+        assert launch.pick_config(128, 2, True) == launch.FP8_CACHE_CONFIGS[128]
         assert launch.pick_config(128, 4) == launch.pick_config(128, 4)  # unmeasured: built in
         assert launch.pick_config(64, 2) == launch.DEFAULT_CONFIGS[64]
         assert launch._tables_read[0]
