@@ -4,7 +4,8 @@ The work is vLLM's ``context_attention_fwd``: each sequence's new tokens attend 
 paged context and, causally, to themselves.  Per case, side by side in one process:
 
 - ours (``vllm_codemod.kernels.prefill_launch``), at its default config and at any
-  ``--config BM,BN,W,S`` given;
+  ``--config BM,BN,W,S`` given, each also at any ``--pack N`` given (query heads of one
+  kv head per program; 1 is GQA unpacked);
 - the tree's own kernel from the vendored vLLM 0.8.3 file (8 warps, as shipped, and 4, as
   the warps codemod bakes) and 0.8.5 file;
 - torch SDPA and FlexAttention on K/V gathered into contiguous tensors beforehand (not
@@ -20,7 +21,8 @@ an 8192^3 bf16 matmul timed in the same run.  The headline: a 100K prompt prefil
 against the tree's 0.8.3 kernel.
 
     python benchmarks/bench_prefix_prefill.py [--quick] [--json out.json]
-        [--config 128,64,8,3 ...] [--only NAME ...] [--no-baselines | --flex-only]
+        [--config 128,64,8,3 ...] [--pack 1 ...] [--only NAME ...]
+        [--no-baselines | --flex-only]
         [--case SEQS,CTX,NEW,HQ,HKV,D ...] [--sorted-pages] [--no-time]
 
 ``--case`` adds a shape to the table (e.g. a long context with few new tokens, where the
@@ -103,11 +105,13 @@ def check(a: Dict[str, Any], out: torch.Tensor) -> float:
     return prefill_error(a, out, rows=sample_rows(a), device=torch.device("cuda"))
 
 
-def ours(a: Dict[str, Any], config: Optional[PrefillConfig] = None) -> Callable[[], None]:
+def ours(
+    a: Dict[str, Any], config: Optional[PrefillConfig] = None, pack: Optional[int] = None
+) -> Callable[[], None]:
     kwargs = launch_arguments(a)
 
     def run() -> None:
-        prefix_prefill_triton(**kwargs, config=config)
+        prefix_prefill_triton(**kwargs, config=config, pack=pack)
 
     return run
 
@@ -253,10 +257,10 @@ def bench_case(name: str, peak: float, args, trees) -> Dict[str, Any]:
     default = pick_config(d_pad, a["q"].element_size(), a["k_cache"].element_size() == 1)
     print(f"{name}: {work / 1e12:.2f} TFLOP, default config {tuple(default)}", flush=True)
     rows = []
-    for cfg in [None] + args.config:
-        label = f"ours {tuple(cfg or default)}"
+    for cfg, pack in [(c, p) for c in [None] + args.config for p in [None] + args.pack]:
+        label = f"ours {tuple(cfg or default)}" + (f" pack {pack}" if pack else "")
         try:
-            rows.append(row_of(label, a, ours(a, cfg), work, peak, no_time=args.no_time))
+            rows.append(row_of(label, a, ours(a, cfg, pack), work, peak, no_time=args.no_time))
         except Exception as exc:  # a config this device cannot compile (shared memory)
             print(f"    {label}: failed ({type(exc).__name__}: {str(exc)[:80]})")
             rows.append({"impl": label, "error": str(exc)[:200]})
@@ -316,6 +320,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--quick", action="store_true", help="three cases only")
     parser.add_argument("--only", action="append", default=[], help="case name (repeatable)")
     parser.add_argument("--config", action="append", default=[], type=parse_config)
+    parser.add_argument(
+        "--pack", action="append", default=[], type=int,
+        help="also time ours at this many query heads per program (1: GQA unpacked)",
+    )  # fmt: skip
     parser.add_argument("--no-baselines", action="store_true")
     parser.add_argument(
         "--flex-only", action="store_true", help="of the baselines, FlexAttention and SDPA only"

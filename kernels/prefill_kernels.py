@@ -1,8 +1,11 @@
 """Triton prefix prefill: a chunk of new tokens attends to its paged context and itself.
 
-One program per (query tile, sequence, query head).  Its keys come in three parts, each
-its own loop, so that only the tiles that need a mask pay for one (the split of Triton's
-fused-attention tutorial and of LightLLM's prompt-cache kernel):
+One program per (query tile, sequence, ``PACK`` query heads of one kv head).  The rows
+of its tile are ``QUERIES`` queries times those heads (GQA packing, as vLLM's
+``unified_attention`` does), so each K/V tile is read once for all of them rather than
+once per query head.  Its keys come in three parts, each its own loop, so that only the
+tiles that need a mask pay for one (the split of Triton's fused-attention tutorial and
+of LightLLM's prompt-cache kernel):
 
 A. the cached context, read from the paged caches through the block table in tiles of
    ``BLOCK_N`` tokens (a multiple of the page size reads whole pages): no mask but on
@@ -13,7 +16,8 @@ A. the cached context, read from the paged caches through the block table in til
    rather than its head dimension (256 bytes apart) where Triton can reshape (3.0+);
 B. the new tokens before the tile's first query: no mask (every key precedes every
    query of the tile);
-C. the new tokens of the tile's own diagonal: the causal mask.
+C. the new tokens of the tile's own diagonal, from the key tile holding its first query:
+   the causal mask.
 
 A sliding window or ALiBi adds its term in every loop (``WINDOW`` starts loop A and B at
 the first tile the window can reach).  The online softmax runs in base 2 with
@@ -98,7 +102,7 @@ def _bias_and_mask(
     """The position-dependent terms of one tile of raw scores (all compile away when
     off); with ALiBi the tile comes back scaled (its term is in base-2 units)."""
     if ALIBI:
-        s = s * scale + slope_log2 * (k_pos[None, :] - q_pos[:, None]).to(tl.float32)
+        s = s * scale + slope_log2[:, None] * (k_pos[None, :] - q_pos[:, None]).to(tl.float32)
     if MASK:
         keep = k_pos[None, :] < k_limit
         if CAUSAL:
@@ -213,15 +217,16 @@ def _prefix_prefill_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     FP8: tl.constexpr, ALIBI: tl.constexpr, WINDOW: tl.constexpr, SKIP_DECODE: tl.constexpr,
     K_RUN: tl.constexpr, V_RUN: tl.constexpr, K_3D: tl.constexpr, LEGACY: tl.constexpr,
+    PACK: tl.constexpr, QUERIES: tl.constexpr,
 ):  # fmt: skip
     m_tile = num_m_tiles - 1 - tl.program_id(0)  # longest tiles first
     seq = tl.program_id(1)
-    head = tl.program_id(2)
-    kv_head = head // GROUP
+    head0 = tl.program_id(2) * PACK  # the first of the PACK query heads of this program
+    kv_head = head0 // GROUP
 
     q_begin = tl.load(QUERY_START + seq)
     q_len = tl.load(QUERY_START + seq + 1) - q_begin
-    m0 = m_tile * BLOCK_M
+    m0 = m_tile * QUERIES
     if m0 >= q_len:
         return
     if SKIP_DECODE:
@@ -229,22 +234,32 @@ def _prefix_prefill_kernel(
             return
     ctx_len = tl.load(SEQ_LENS + seq) - q_len
 
-    offs_m = m0 + tl.arange(0, BLOCK_M)  # query index within the chunk
+    # Row r of the tile is query m0 + r // PACK of query head head0 + r % PACK: the
+    # PACK heads share one kv head, so every K/V tile below is read once for all of them.
+    rows = tl.arange(0, BLOCK_M)
+    if PACK == 1:
+        offs_m = m0 + rows  # query index within the chunk
+        m_ok = offs_m < q_len
+        row_head = head0 + tl.zeros([BLOCK_M], dtype=tl.int32)
+    else:
+        offs_m = m0 + rows // PACK
+        m_ok = (offs_m < q_len) & (rows < QUERIES * PACK)
+        row_head = head0 + rows % PACK
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, D_PAD)
     d_ok = offs_d < HEAD_SIZE
-    m_ok = offs_m < q_len
     q_pos = ctx_len + offs_m  # query positions in the sequence
 
-    q_ptrs = Q + (q_begin + offs_m)[:, None] * stride_qt + head * stride_qh + offs_d[None, :]
+    row_off = (q_begin + offs_m) * stride_qt + row_head * stride_qh
+    q_ptrs = Q + row_off[:, None] + offs_d[None, :]
     if D_PAD == HEAD_SIZE:
         q = tl.load(q_ptrs, mask=m_ok[:, None], other=0.0)
     else:
         q = tl.load(q_ptrs, mask=m_ok[:, None] & d_ok[None, :], other=0.0)
 
-    slope_log2 = 0.0
+    slope_log2 = tl.zeros([BLOCK_M], dtype=tl.float32)
     if ALIBI:
-        slope_log2 = tl.load(ALIBI_SLOPES + head).to(tl.float32) * 1.4426950408889634
+        slope_log2 = tl.load(ALIBI_SLOPES + row_head).to(tl.float32) * 1.4426950408889634
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -323,7 +338,10 @@ def _prefix_prefill_kernel(
     if WINDOW:
         lo_b = tl.maximum(m0 - window + 1, 0)
         lo_b = (lo_b // BLOCK_N) * BLOCK_N
-    for start_n in range(lo_b, m0, BLOCK_N):
+    # loop B ends at the last key tile boundary before the tile's first query (a tile
+    # of QUERIES < BLOCK_N queries may start inside a key tile; C masks from there)
+    end_b = (m0 // BLOCK_N) * BLOCK_N
+    for start_n in range(lo_b, end_b, BLOCK_N):
         k_idx = start_n + offs_n
         k_ptrs = k_base + k_idx[None, :] * stride_kt + offs_d[:, None]
         v_ptrs = v_base + k_idx[:, None] * stride_vt + offs_d[None, :]
@@ -336,8 +354,8 @@ def _prefix_prefill_kernel(
         acc, l_i, m_i = _online_softmax_step(acc, l_i, m_i, s, v, qk_scale, ALIBI, WINDOW, LEGACY)
 
     # ---- C: the diagonal tiles (causal mask) --------------------------------------
-    hi_c = tl.minimum(m0 + BLOCK_M, q_len)
-    for start_n in range(m0, hi_c, BLOCK_N):
+    hi_c = tl.minimum(m0 + QUERIES, q_len)
+    for start_n in range(end_b, hi_c, BLOCK_N):
         k_idx = start_n + offs_n
         k_ptrs = k_base + k_idx[None, :] * stride_kt + offs_d[:, None]
         v_ptrs = v_base + k_idx[:, None] * stride_vt + offs_d[None, :]
@@ -350,7 +368,8 @@ def _prefix_prefill_kernel(
         acc, l_i, m_i = _online_softmax_step(acc, l_i, m_i, s, v, qk_scale, ALIBI, WINDOW, LEGACY)
 
     out = acc / l_i[:, None]
-    o_ptrs = OUT + (q_begin + offs_m)[:, None] * stride_ot + head * stride_oh + offs_d[None, :]
+    o_row = (q_begin + offs_m) * stride_ot + row_head * stride_oh
+    o_ptrs = OUT + o_row[:, None] + offs_d[None, :]
     tl.store(o_ptrs, out.to(OUT.dtype.element_ty), mask=m_ok[:, None] & d_ok[None, :])
 
 

@@ -148,6 +148,22 @@ def paged_runs(k_cache: torch.Tensor, v_cache: torch.Tensor, block_n: int) -> Tu
     return k_run, v_run
 
 
+def gqa_pack(group: int, block_m: int) -> int:
+    """How many query heads of one kv head a program takes as the rows of its tile.
+
+    Packing them reads each paged K/V tile once per kv head instead of once per query
+    head (GROUP times fewer loads, which bound the context loop: docs/kernel-notes.md);
+    the tile then holds ``block_m // pack`` queries of each.  The largest divisor of
+    ``group`` that leaves at least two queries per tile, so a tile's causal diagonal
+    stays a small part of it.
+    """
+    best = 1
+    for pack in range(1, group + 1):
+        if group % pack == 0 and 2 * pack <= block_m:
+            best = pack
+    return best
+
+
 def prefix_prefill_triton(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -166,6 +182,7 @@ def prefix_prefill_triton(
     sliding_window: int = 0,
     skip_decode: bool = False,
     config: Optional[PrefillConfig] = None,
+    pack: Optional[int] = None,
 ) -> None:
     """vLLM's ``context_attention_fwd`` on the GPU; writes ``o`` (see prefill_kernels).
 
@@ -173,6 +190,7 @@ def prefix_prefill_triton(
     head_size // x, page, x]``; v_cache ``[blocks, kv_heads, head_size, page]`` (fp8
     caches already viewed as a float8 dtype); block_table ``[seqs, max_blocks]``;
     query_start ``[seqs + 1]``; seq_lens ``[seqs]`` = cached + new tokens.
+    ``pack`` overrides :func:`gqa_pack` (query heads per program; benchmarks and tests).
     """
     num_seqs = seq_lens.shape[0]
     num_heads, head_size = q.shape[1], q.shape[2]
@@ -185,12 +203,17 @@ def prefix_prefill_triton(
         raise ValueError(f"prefill config {tuple(cfg)}: BLOCK_M must be a multiple of BLOCK_N")
     if min(q.stride(2), k.stride(2), v.stride(2), o.stride(2), k_cache.stride(4)) != 1:
         raise ValueError("prefill: head dimension of q/k/v/o and x of k_cache must be contiguous")
-    num_m_tiles = triton.cdiv(max_query_len, cfg.block_m)
+    group = num_heads // k.shape[1]
+    heads_per_program = gqa_pack(group, cfg.block_m) if pack is None else pack
+    if group % heads_per_program or heads_per_program > cfg.block_m:
+        raise ValueError(f"prefill: pack {heads_per_program} must divide {group} and fit BLOCK_M")
+    queries = cfg.block_m // heads_per_program
+    num_m_tiles = triton.cdiv(max_query_len, queries)
     if num_m_tiles == 0 or num_seqs == 0:
         return
     window = sliding_window if sliding_window and sliding_window > 0 else 0
     k_run, v_run = paged_runs(k_cache, v_cache, cfg.block_n)
-    grid = (num_m_tiles, num_seqs, num_heads)
+    grid = (num_m_tiles, num_seqs, num_heads // heads_per_program)
     _prefix_prefill_kernel[grid](
         q, k, v, o, k_cache, v_cache, block_table, query_start, seq_lens,
         alibi_slopes if alibi_slopes is not None else q,
@@ -201,12 +224,12 @@ def prefix_prefill_triton(
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), k_cache.stride(3),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), v_cache.stride(3),
         block_table.stride(0),
-        GROUP=num_heads // k.shape[1], HEAD_SIZE=head_size, D_PAD=d_pad,
+        GROUP=group, HEAD_SIZE=head_size, D_PAD=d_pad,
         X=k_cache.shape[4], PAGE=v_cache.shape[3],
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
         FP8=fp8, ALIBI=alibi_slopes is not None, WINDOW=window > 0,
         SKIP_DECODE=bool(skip_decode), K_RUN=k_run, V_RUN=v_run,
-        K_3D=HAS_PERMUTE, LEGACY=not HAS_PERMUTE,
+        K_3D=HAS_PERMUTE, LEGACY=not HAS_PERMUTE, PACK=heads_per_program, QUERIES=queries,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip
 
@@ -217,6 +240,7 @@ __all__ = [
     "FP8_CACHE_CONFIGS",
     "PORTABLE_SHARED_BYTES",
     "PrefillConfig",
+    "gqa_pack",
     "paged_runs",
     "pick_config",
     "prefix_prefill_triton",

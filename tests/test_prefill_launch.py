@@ -1,5 +1,6 @@
 """The prefill launcher's host-side promises, on CPU: the contiguity runs it hands the
-kernel as compiler hints, its built-in configs, and the self-check's tolerances.
+kernel as compiler hints, its built-in configs, how many query heads share a program, and
+the self-check's tolerances.
 
 A wrong run would make the compiled kernel read the wrong cache elements on the GPU (the
 interpreter ignores hints), so each stride that breaks a promise is tried here.
@@ -58,6 +59,16 @@ def test_built_in_configs_by_element_width():
     for d_pad in (128, 256):
         assert launch.pick_config(d_pad, 2, fp8_cache=True) == launch.FP8_CACHE_CONFIGS[d_pad]
         assert launch.pick_config(d_pad, 4, fp8_cache=True) == launch.FP32_CONFIGS[d_pad]
+
+
+def test_gqa_pack_takes_whole_groups_that_leave_two_queries_a_tile():
+    assert launch.gqa_pack(1, 128) == 1  # MHA: nothing to share
+    assert launch.gqa_pack(4, 128) == 4  # 32/8: one program per kv head and 32 queries
+    assert launch.gqa_pack(8, 64) == 8  # 16/2 at head 256
+    assert launch.gqa_pack(7, 128) == 7  # 28/4: not a power of two (18 queries, 2 rows idle)
+    assert launch.gqa_pack(32, 16) == 8  # MQA-like on a small tile: a divisor of the group
+    assert launch.gqa_pack(32, 32) == 16
+    assert launch.gqa_pack(7, 8) == 1  # no divisor of 7 fits 4 rows
 
 
 def test_selfcheck_allows_tf32_on_the_triton_path_only():

@@ -26,6 +26,7 @@ from vllm_codemod.kernels.prefill_launch import (  # noqa: E402
 )
 
 SMALL = PrefillConfig(32, 16, 4, 1)  # several tiles in every loop on small cases
+ALIBI_WINDOW = {"alibi": True, "sliding_window": 11}
 BF16, F16, F32 = torch.bfloat16, torch.float16, torch.float32
 TOLERANCE = {BF16: 1e-2, F16: 2e-3, F32: 1e-4}
 
@@ -47,13 +48,21 @@ CASES = {
     "skip decode": ([(20, 30), (50, 1), (7, 9)], 2, 1, 32, 16, F16, {"skip_decode": True}, SMALL),
     "fp32": ([(20, 30), (50, 9)], 2, 1, 32, 16, F32, {}, SMALL),
     "default config": ([(70, 140), (0, 33)], 2, 1, 64, 16, BF16, {}, None),
+    # GQA packing (query heads of one kv head as the rows of a tile): a group of 7 (not a
+    # power of two: rows left over), 8 heads over 4 queries per tile (fewer than BLOCK_N,
+    # so the diagonal starts inside a key tile) with ALiBi and a window, and unpacked
+    "group 7": ([(21, 30), (40, 7)], 14, 2, 32, 16, F16, {}, SMALL),
+    "group 8 alibi window": ([(37, 26), (5, 19)], 8, 1, 32, 16, F16, ALIBI_WINDOW, SMALL),
+    "gqa unpacked": ([(5, 3), (37, 40), (16, 17)], 4, 2, 32, 16, F16, {"pack": 1}, SMALL),
 }
 
 
 def run(name: str) -> float:
     lens, hq, hkv, d, page, dtype, extra, config = CASES[name]
+    extra = dict(extra)
+    pack = extra.pop("pack", None)
     a = make_prefill_inputs(lens, hq, hkv, d, page, dtype, seed=len(name), **extra)
-    prefix_prefill_triton(**launch_arguments(a), config=config)
+    prefix_prefill_triton(**launch_arguments(a), config=config, pack=pack)
     return prefill_error(a, a["o"])
 
 
