@@ -148,20 +148,23 @@ def paged_runs(k_cache: torch.Tensor, v_cache: torch.Tensor, block_n: int) -> Tu
     return k_run, v_run
 
 
-def gqa_pack(group: int, block_m: int) -> int:
+def gqa_pack(group: int, block_m: int, num_warps: int = 4) -> int:
     """How many query heads of one kv head a program takes as the rows of its tile.
 
     Packing them reads each paged K/V tile once per kv head instead of once per query
-    head (GROUP times fewer loads, which bound the context loop: docs/kernel-notes.md);
-    the tile then holds ``block_m // pack`` queries of each.  The largest divisor of
-    ``group`` that leaves at least two queries per tile, so a tile's causal diagonal
-    stays a small part of it.
+    head; the tile then holds ``block_m // pack`` queries of each.  Measured on an H100
+    (docs/kernel-notes.md, session 13) it gains 2.5-3.5% at the 4-warp 48 KB defaults
+    with groups of 4 and 8, loses ~2.5% with a group of 7 (integer division by 7 per
+    row, idle rows) and gains nothing or loses up to 7% at the 8-warp configs a tuning
+    file picks, so: the largest power-of-two divisor of ``group`` that leaves at least
+    two queries per tile, on configs of at most 4 warps; else 1 (unpacked).
     """
-    best = 1
-    for pack in range(1, group + 1):
-        if group % pack == 0 and 2 * pack <= block_m:
-            best = pack
-    return best
+    if num_warps > 4:
+        return 1
+    pack = 1
+    while group % (2 * pack) == 0 and 4 * pack <= block_m:
+        pack *= 2
+    return pack
 
 
 def prefix_prefill_triton(
@@ -204,7 +207,7 @@ def prefix_prefill_triton(
     if min(q.stride(2), k.stride(2), v.stride(2), o.stride(2), k_cache.stride(4)) != 1:
         raise ValueError("prefill: head dimension of q/k/v/o and x of k_cache must be contiguous")
     group = num_heads // k.shape[1]
-    heads_per_program = gqa_pack(group, cfg.block_m) if pack is None else pack
+    heads_per_program = gqa_pack(group, cfg.block_m, cfg.num_warps) if pack is None else pack
     if group % heads_per_program or heads_per_program > cfg.block_m:
         raise ValueError(f"prefill: pack {heads_per_program} must divide {group} and fit BLOCK_M")
     queries = cfg.block_m // heads_per_program

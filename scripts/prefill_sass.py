@@ -10,8 +10,10 @@ such as a rarely taken ``if``, is counted all the same: this is a static count).
 
     python3 scripts/prefill_sass.py 128,32,4,1 [128,64,8,3 ...] [--cc 90] [--head 128]
         [--keep DIR]   # also write each config's .sass, .ptx and .ttgir there
+        [--pack N]     # query heads per program (1: GQA unpacked)
 
-Prints, per config: shared memory, registers, and per loop the instruction count and the
+Prints, per config: shared memory, registers, local memory (spill) instructions, and per
+loop the instruction count and the
 most frequent opcodes.  Triton 3.x only.
 """
 
@@ -42,15 +44,18 @@ def _compile_check():
     return load_file("check_triton_compile", HERE / "check_triton_compile.py", keep=False)
 
 
-def compile_config(ctc, config, cc: int, head: int):
-    """The compiled kernel for one (BLOCK_M, BLOCK_N, warps, stages) config."""
+def compile_config(ctc, config, cc: int, head: int, pack=None):
+    """The compiled kernel for one (BLOCK_M, BLOCK_N, warps, stages) config (32/8 heads;
+    ``pack`` query heads per program, the launcher's choice when None)."""
     a = prefill_cases.make_prefill_inputs([(256, 256)], 32, 8, head, 16, torch.bfloat16)
     sink = []
     saved = prefill_launch._prefix_prefill_kernel
     try:
         prefill_launch._prefix_prefill_kernel = ctc._Recorder("prefill", sink)
         prefill_launch.prefix_prefill_triton(
-            **prefill_cases.launch_arguments(a), config=prefill_launch.PrefillConfig(*config)
+            **prefill_cases.launch_arguments(a),
+            config=prefill_launch.PrefillConfig(*config),
+            pack=pack,
         )
     finally:
         prefill_launch._prefix_prefill_kernel = saved
@@ -93,17 +98,19 @@ def main() -> int:
     parser.add_argument("--cc", type=int, default=90)
     parser.add_argument("--head", type=int, default=128)
     parser.add_argument("--keep", type=Path)
+    parser.add_argument("--pack", type=int, help="query heads per program (default: launcher's)")
     ns = parser.parse_args()
     ctc = _compile_check()
     for text in ns.configs:
         config = tuple(int(x) for x in text.split(","))
-        kernel = compile_config(ctc, config, ns.cc, ns.head)
+        kernel = compile_config(ctc, config, ns.cc, ns.head, ns.pack)
         sass = cuobjdump(kernel.asm["cubin"], "-sass")
         usage = cuobjdump(kernel.asm["cubin"], "-res-usage")
         regs = re.search(r"REG:(\d+)", usage)
+        spills = sum(1 for line in sass.splitlines() if re.search(r"\b(STL|LDL)\b", line))
         print(
             f"{config} cc {ns.cc} head {ns.head}: shared {kernel.metadata.shared} B, "
-            f"registers {regs.group(1) if regs else '?'}"
+            f"registers {regs.group(1) if regs else '?'}, local memory instructions {spills}"
         )
         for start, count, ops in loops(sass):
             top = " ".join(f"{op}:{n}" for op, n in ops.most_common(12))

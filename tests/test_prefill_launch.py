@@ -61,14 +61,15 @@ def test_built_in_configs_by_element_width():
         assert launch.pick_config(d_pad, 4, fp8_cache=True) == launch.FP32_CONFIGS[d_pad]
 
 
-def test_gqa_pack_takes_whole_groups_that_leave_two_queries_a_tile():
+def test_gqa_pack_takes_power_of_two_groups_on_four_warp_configs():
     assert launch.gqa_pack(1, 128) == 1  # MHA: nothing to share
     assert launch.gqa_pack(4, 128) == 4  # 32/8: one program per kv head and 32 queries
     assert launch.gqa_pack(8, 64) == 8  # 16/2 at head 256
-    assert launch.gqa_pack(7, 128) == 7  # 28/4: not a power of two (18 queries, 2 rows idle)
-    assert launch.gqa_pack(32, 16) == 8  # MQA-like on a small tile: a divisor of the group
+    assert launch.gqa_pack(7, 128) == 1  # 28/4: measured slower packed
+    assert launch.gqa_pack(6, 128) == 2
+    assert launch.gqa_pack(32, 16) == 8  # MQA-like on a small tile: two queries a tile
     assert launch.gqa_pack(32, 32) == 16
-    assert launch.gqa_pack(7, 8) == 1  # no divisor of 7 fits 4 rows
+    assert launch.gqa_pack(4, 128, num_warps=8) == 1  # measured no gain at 8 warps
 
 
 def test_selfcheck_allows_tf32_on_the_triton_path_only():

@@ -51,7 +51,7 @@ CASES = {
     # GQA packing (query heads of one kv head as the rows of a tile): a group of 7 (not a
     # power of two: rows left over), 8 heads over 4 queries per tile (fewer than BLOCK_N,
     # so the diagonal starts inside a key tile) with ALiBi and a window, and unpacked
-    "group 7": ([(21, 30), (40, 7)], 14, 2, 32, 16, F16, {}, SMALL),
+    "group 7": ([(21, 30), (40, 7)], 14, 2, 32, 16, F16, {"pack": 7}, SMALL),
     "group 8 alibi window": ([(37, 26), (5, 19)], 8, 1, 32, 16, F16, ALIBI_WINDOW, SMALL),
     "gqa unpacked": ([(5, 3), (37, 40), (16, 17)], 4, 2, 32, 16, F16, {"pack": 1}, SMALL),
 }
