@@ -148,21 +148,24 @@ def paged_runs(k_cache: torch.Tensor, v_cache: torch.Tensor, block_n: int) -> Tu
     return k_run, v_run
 
 
-def gqa_pack(group: int, block_m: int, num_warps: int = 4) -> int:
+#: Configs whose launches pack GQA heads (:func:`gqa_pack`) unless told otherwise: the
+#: built-in head-128 and head-256 defaults, where an H100 measured +2.5-3.5% packed.  At
+#: the other configs measured (8 warps; 64-row tiles at 4 warps) packing gained nothing
+#: or lost up to 7%, so they, and configs never measured packed, run unpacked
+#: (docs/kernel-notes.md, "Prefix prefill, session 13").
+PACKED_CONFIGS = frozenset({PrefillConfig(128, 32, 4, 1), PrefillConfig(64, 16, 4, 1)})
+
+
+def gqa_pack(group: int, block_m: int) -> int:
     """How many query heads of one kv head a program takes as the rows of its tile.
 
     Packing them reads each paged K/V tile once per kv head instead of once per query
-    head; the tile then holds ``block_m // pack`` queries of each.  Measured on an H100
-    (docs/kernel-notes.md, session 13) it gains 2.5-3.5% at the 4-warp 48 KB defaults
-    with groups of 4 and 8, loses ~2.5% with a group of 7 (integer division by 7 per
-    row, idle rows) and gains nothing or loses up to 7% at the 8-warp configs a tuning
-    file picks, so: the largest power-of-two divisor of ``group`` that leaves at least
-    two queries per tile, on configs of at most 4 warps; else 1 (unpacked).
+    head; the tile then holds ``block_m // pack`` queries of each.  The largest
+    power-of-two divisor of ``group`` that leaves at least four queries per tile: a group
+    of 7 (28/4 heads) packed measured ~2.5% slower (a division by 7 per row, idle rows).
     """
-    if num_warps > 4:
-        return 1
     pack = 1
-    while group % (2 * pack) == 0 and 4 * pack <= block_m:
+    while group % (2 * pack) == 0 and 8 * pack <= block_m:
         pack *= 2
     return pack
 
@@ -207,7 +210,12 @@ def prefix_prefill_triton(
     if min(q.stride(2), k.stride(2), v.stride(2), o.stride(2), k_cache.stride(4)) != 1:
         raise ValueError("prefill: head dimension of q/k/v/o and x of k_cache must be contiguous")
     group = num_heads // k.shape[1]
-    heads_per_program = gqa_pack(group, cfg.block_m, cfg.num_warps) if pack is None else pack
+    if pack is not None:
+        heads_per_program = pack
+    elif cfg in PACKED_CONFIGS and q.element_size() == 2 and not fp8:
+        heads_per_program = gqa_pack(group, cfg.block_m)
+    else:
+        heads_per_program = 1
     if group % heads_per_program or heads_per_program > cfg.block_m:
         raise ValueError(f"prefill: pack {heads_per_program} must divide {group} and fit BLOCK_M")
     queries = cfg.block_m // heads_per_program
@@ -241,6 +249,7 @@ __all__ = [
     "DEFAULT_CONFIGS",
     "FP32_CONFIGS",
     "FP8_CACHE_CONFIGS",
+    "PACKED_CONFIGS",
     "PORTABLE_SHARED_BYTES",
     "PrefillConfig",
     "gqa_pack",

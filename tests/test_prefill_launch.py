@@ -61,15 +61,20 @@ def test_built_in_configs_by_element_width():
         assert launch.pick_config(d_pad, 4, fp8_cache=True) == launch.FP32_CONFIGS[d_pad]
 
 
-def test_gqa_pack_takes_power_of_two_groups_on_four_warp_configs():
+def test_gqa_pack_takes_power_of_two_groups():
     assert launch.gqa_pack(1, 128) == 1  # MHA: nothing to share
     assert launch.gqa_pack(4, 128) == 4  # 32/8: one program per kv head and 32 queries
-    assert launch.gqa_pack(8, 64) == 8  # 16/2 at head 256
+    assert launch.gqa_pack(8, 64) == 8  # 16/2 at head 256: 8 queries a tile
     assert launch.gqa_pack(7, 128) == 1  # 28/4: measured slower packed
     assert launch.gqa_pack(6, 128) == 2
-    assert launch.gqa_pack(32, 16) == 8  # MQA-like on a small tile: two queries a tile
-    assert launch.gqa_pack(32, 32) == 16
-    assert launch.gqa_pack(4, 128, num_warps=8) == 1  # measured no gain at 8 warps
+    assert launch.gqa_pack(32, 16) == 4  # MQA-like on a small tile: four queries a tile
+    assert launch.gqa_pack(32, 128) == 32
+
+
+def test_only_the_measured_defaults_pack():
+    assert launch.DEFAULT_CONFIGS[128] in launch.PACKED_CONFIGS
+    assert launch.DEFAULT_CONFIGS[256] in launch.PACKED_CONFIGS
+    assert launch.PrefillConfig(128, 128, 8, 2) not in launch.PACKED_CONFIGS  # measured no gain
 
 
 def test_selfcheck_allows_tf32_on_the_triton_path_only():

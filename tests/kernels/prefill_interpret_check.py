@@ -26,7 +26,7 @@ from vllm_codemod.kernels.prefill_launch import (  # noqa: E402
 )
 
 SMALL = PrefillConfig(32, 16, 4, 1)  # several tiles in every loop on small cases
-ALIBI_WINDOW = {"alibi": True, "sliding_window": 11}
+ALIBI_WINDOW8 = {"alibi": True, "sliding_window": 11, "pack": 8}
 BF16, F16, F32 = torch.bfloat16, torch.float16, torch.float32
 TOLERANCE = {BF16: 1e-2, F16: 2e-3, F32: 1e-4}
 
@@ -48,12 +48,17 @@ CASES = {
     "skip decode": ([(20, 30), (50, 1), (7, 9)], 2, 1, 32, 16, F16, {"skip_decode": True}, SMALL),
     "fp32": ([(20, 30), (50, 9)], 2, 1, 32, 16, F32, {}, SMALL),
     "default config": ([(70, 140), (0, 33)], 2, 1, 64, 16, BF16, {}, None),
-    # GQA packing (query heads of one kv head as the rows of a tile): a group of 7 (not a
-    # power of two: rows left over), 8 heads over 4 queries per tile (fewer than BLOCK_N,
-    # so the diagonal starts inside a key tile) with ALiBi and a window, and unpacked
-    "group 7": ([(21, 30), (40, 7)], 14, 2, 32, 16, F16, {"pack": 7}, SMALL),
-    "group 8 alibi window": ([(37, 26), (5, 19)], 8, 1, 32, 16, F16, ALIBI_WINDOW, SMALL),
-    "gqa unpacked": ([(5, 3), (37, 40), (16, 17)], 4, 2, 32, 16, F16, {"pack": 1}, SMALL),
+    # GQA packing (the query heads of one kv head as the rows of a tile; the launcher
+    # packs at its head-128 and head-256 defaults only): forced here on the small config,
+    # a group of 7 (not a power of two: rows left over), 8 heads over 4 queries a tile
+    # (fewer than BLOCK_N: the diagonal starts inside a key tile) with ALiBi and a window,
+    # an fp8 cache; and the head-128 default, which packs by itself
+    "gqa ragged packed": ([(5, 3), (37, 40), (16, 17)], 4, 2, 32, 16, F16, {"pack": 2}, SMALL),
+    "mqa packed": ([(40, 21)], 4, 1, 32, 16, BF16, {"pack": 4}, SMALL),
+    "group 7 packed": ([(21, 30), (40, 7)], 14, 2, 32, 16, F16, {"pack": 7}, SMALL),
+    "group 8 alibi window packed": ([(37, 26), (5, 19)], 8, 1, 32, 16, F16, ALIBI_WINDOW8, SMALL),
+    "fp8 packed": ([(40, 20)], 4, 2, 32, 16, BF16, {"kv_cache_dtype": "fp8", "pack": 2}, SMALL),
+    "default config head 128 packs": ([(150, 140), (0, 33)], 8, 2, 128, 16, BF16, {}, None),
 }
 
 
