@@ -3,12 +3,17 @@
 The interpreter's small cases (prefill_interpret_check.CASES) at the launcher's default
 configs and at small tiles, then long cases checked on a row sample: one 16K-token chunk
 over a 16K context (GQA 32/8, head 128), head 256, a batch, ALiBi, a sliding window, and
-fp8 caches.
+fp8 caches.  Last, the self-check's prefill cases (what ``verify`` runs), each in a process
+of its own, packed and unpacked: a CUDA error poisons the process that meets it, and
+session 13's decode suite saw one in ``test_selfcheck_on_gpu`` ("misaligned address")
+without naming the case.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import subprocess
+import sys
 
 import pytest
 
@@ -79,3 +84,29 @@ def test_long_cases_on_a_row_sample(name):
     assert not torch.isnan(a["o"]).any()  # every row written
     err = prefill_error(a, a["o"], rows=sample_rows(a), device=torch.device("cuda"))
     assert err <= 2e-2, err
+
+
+#: One self-check case through the launcher, in a fresh process; exits 1 when it is off.
+SELFCHECK_CASE = """
+import sys, torch
+from vllm_codemod.kernels import prefill_launch, prefill_selfcheck as s
+index, pack = int(sys.argv[1]), None if sys.argv[2] == "auto" else int(sys.argv[2])
+label, ctx, new, nh, nkv, hs, bs, dtype, extra = s._cases("cuda", False)[index]
+case = s.make_case(ctx, new, nh, nkv, hs, bs, dtype, "cuda", seed=index, **extra)
+prefill_launch.prefix_prefill_triton(**case.launcher_kwargs(), pack=pack)
+torch.cuda.synchronize()
+ref = case.reference()
+err = float((case.o.double().cpu() - ref).norm() / ref.norm())
+print(label, "pack", sys.argv[2], "rel err", err)
+sys.exit(0 if err < s.tolerance(dtype, "triton") else 1)
+"""
+
+
+@pytest.mark.parametrize("pack", ["auto", "1"])
+@pytest.mark.parametrize("index", range(5))  # prefill_selfcheck._cases("cuda", quick=False)
+def test_selfcheck_case_in_its_own_process(index, pack):
+    proc = subprocess.run(
+        [sys.executable, "-c", SELFCHECK_CASE, str(index), pack],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
