@@ -131,10 +131,17 @@ def _load_kv(k_ptrs, v_ptrs, d_ok, n_ok, PADDED: tl.constexpr, MASK_N: tl.conste
 
 @triton.jit
 def _page_blocks(bt_row, start_n, offs_n, ctx_len, PAGE: tl.constexpr, MASK: tl.constexpr):
-    """Each token's page number for the tile at ``start_n`` (0 past the context)."""
+    """Each token's page number for the tile at ``start_n`` (0 for pages past the context).
+
+    Masked by page, not by token: the tokens of the context's last page that lie past
+    its end read that page too (allocated cache slots, masked out of the scores), so
+    every page's run of tokens stays one contiguous run of the cache, as the V load's
+    contiguity hint claims (a token mask sent them to page 0 mid-run).
+    """
     k_idx = start_n + offs_n
     if MASK:
-        return tl.load(bt_row + k_idx // PAGE, mask=k_idx < ctx_len, other=0).to(tl.int64)
+        page = k_idx // PAGE
+        return tl.load(bt_row + page, mask=page * PAGE < ctx_len, other=0).to(tl.int64)
     return tl.load(bt_row + k_idx // PAGE).to(tl.int64)
 
 
@@ -148,8 +155,8 @@ def _context_kv(
 ):  # fmt: skip
     """K^T [D, N] and V [N, D] of one tile of cached tokens, whose pages are ``blk``.
 
-    Tokens past the context read page 0 (their table entries are masked to 0) and are
-    masked out of the scores, so the loads themselves need no token mask.
+    Tokens past the context read their page's slots or, on pages past it, page 0 (see
+    ``_page_blocks``), and are masked out of the scores, so the loads need no token mask.
     """
     t_in = (start_n + offs_n) % PAGE
     k_tok = blk * stride_kcb + t_in * stride_kct
@@ -189,12 +196,19 @@ def _context_kv(
 def _context_fold(
     acc, l_i, m_i, q, k, v, start_n, ctx_len, q_pos, slope_log2, window, ctx_scale, offs_n,
     MASK: tl.constexpr, FP8: tl.constexpr, ALIBI: tl.constexpr, WINDOW: tl.constexpr,
-    LEGACY: tl.constexpr,
+    LEGACY: tl.constexpr, TAIL: tl.constexpr,
 ):  # fmt: skip
-    """One tile of cached keys and values into the softmax state."""
+    """One tile of cached keys and values into the softmax state.
+
+    ``TAIL`` (the context's partial last tile): its keys past the context were read from
+    cache slots nobody wrote (or the null page); their scores are masked to -inf, but a
+    NaN there would survive ``0 * v`` in the PV dot, so their V rows are zeroed first.
+    """
     if FP8:
         k = k.to(q.dtype)
         v = v.to(q.dtype)
+    if TAIL:
+        v = tl.where((start_n + offs_n < ctx_len)[:, None], v, 0.0)
     s = tl.dot(q, k)
     s = _bias_and_mask(
         s, ctx_scale, q_pos, start_n + offs_n, slope_log2, window, MASK, ctx_len, ALIBI,
@@ -302,7 +316,7 @@ def _prefix_prefill_kernel(
         blk_next = _page_blocks(bt_row, start_n + 2 * BLOCK_N, offs_n, ctx_len, PAGE, True)
         acc, l_i, m_i = _context_fold(
             acc, l_i, m_i, q, k_cur, v_cur, start_n, ctx_len, q_pos, slope_log2, window,
-            ctx_scale, offs_n, WINDOW, FP8, ALIBI, WINDOW, LEGACY,
+            ctx_scale, offs_n, WINDOW, FP8, ALIBI, WINDOW, LEGACY, False,
         )  # fmt: skip
         k_cur = k_next
         v_cur = v_next
@@ -321,12 +335,12 @@ def _prefix_prefill_kernel(
             )  # fmt: skip
             acc, l_i, m_i = _context_fold(
                 acc, l_i, m_i, q, k_t, v_t, tail_n, ctx_len, q_pos, slope_log2, window,
-                ctx_scale, offs_n, True, FP8, ALIBI, WINDOW, LEGACY,
+                ctx_scale, offs_n, True, FP8, ALIBI, WINDOW, LEGACY, True,
             )  # fmt: skip
     elif full_end < ctx_len:
         acc, l_i, m_i = _context_fold(
             acc, l_i, m_i, q, k_cur, v_cur, full_end, ctx_len, q_pos, slope_log2, window,
-            ctx_scale, offs_n, True, FP8, ALIBI, WINDOW, LEGACY,
+            ctx_scale, offs_n, True, FP8, ALIBI, WINDOW, LEGACY, True,
         )  # fmt: skip
     if FP8:
         acc = acc * tl.load(V_SCALE).to(tl.float32)
