@@ -31,15 +31,11 @@ def make_prefill_inputs(
     sliding_window: int = 0,
     skip_decode: bool = False,
     seed: int = 0,
-    nan_slots: bool = False,
 ) -> Dict[str, Any]:
     """Arguments for sequences of ``(cached, new)`` tokens; ``o`` is NaN-poisoned.
 
     ``k_cache``/``v_cache`` hold raw bytes (uint8) for an fp8 ``kv_cache_dtype``, as in
     vLLM; ``fp8_dtype`` names their float8 type.  Scales are 1-element float32 tensors.
-    ``nan_slots`` fills every cache slot no sequence owns (past each context's end, the
-    null block 0, the spare block) with NaN, as an uninitialized cache may hold: a kernel
-    that lets one reach the output fails the check.
     """
     gen = torch.Generator(device=device).manual_seed(seed)
     fp8 = fp8_dtype(kv_cache_dtype)
@@ -53,23 +49,16 @@ def make_prefill_inputs(
 
     k_cache = rnd(num_blocks, num_kv_heads, head_size // x, page, x)
     v_cache = rnd(num_blocks, num_kv_heads, head_size, page)
+    if fp8 is not None:
+        k_cache, v_cache = (t.mul(0.5).to(fp8).view(torch.uint8) for t in (k_cache, v_cache))
+    else:
+        k_cache, v_cache = k_cache.to(dtype), v_cache.to(dtype)
     order = (torch.randperm(num_blocks - 1, generator=gen, device=device) + 1).to(torch.int32)
     table = torch.zeros(len(lens), max(pages + [1]) + 1, dtype=torch.int32, device=device)
     used = 0
     for s, n in enumerate(pages):
         table[s, :n] = order[used : used + n]
         used += n
-    if nan_slots:
-        owned = torch.zeros(num_blocks, page, dtype=torch.bool, device=device)
-        for s, (ctx, _) in enumerate(lens):
-            for i in range(pages[s]):
-                owned[int(table[s, i]), : min(page, ctx - i * page)] = True
-        k_cache[~owned[:, None, None, :, None].expand_as(k_cache)] = float("nan")
-        v_cache[~owned[:, None, None, :].expand_as(v_cache)] = float("nan")
-    if fp8 is not None:
-        k_cache, v_cache = (t.mul(0.5).to(fp8).view(torch.uint8) for t in (k_cache, v_cache))
-    else:
-        k_cache, v_cache = k_cache.to(dtype), v_cache.to(dtype)
     starts = [0]
     for _, new in lens:
         starts.append(starts[-1] + new)

@@ -134,9 +134,10 @@ def _page_blocks(bt_row, start_n, offs_n, ctx_len, PAGE: tl.constexpr, MASK: tl.
     """Each token's page number for the tile at ``start_n`` (0 for pages past the context).
 
     Masked by page, not by token: the tokens of the context's last page that lie past
-    its end read that page too (allocated cache slots, masked out of the scores), so
-    every page's run of tokens stays one contiguous run of the cache, as the V load's
-    contiguity hint claims (a token mask sent them to page 0 mid-run).
+    its end read that page's own slots (allocated, and finite: vLLM zero-fills its caches;
+    masked out of the scores), so each page's tokens stay one contiguous run of the
+    cache, as the V load's contiguity hint claims (a token mask sent them to page 0 in
+    mid-run, making the hint false on the partial last tile).
     """
     k_idx = start_n + offs_n
     if MASK:
@@ -155,8 +156,12 @@ def _context_kv(
 ):  # fmt: skip
     """K^T [D, N] and V [N, D] of one tile of cached tokens, whose pages are ``blk``.
 
-    Tokens past the context read their page's slots or, on pages past it, page 0 (see
-    ``_page_blocks``), and are masked out of the scores, so the loads need no token mask.
+    Tokens past the context read their page's unwritten slots or, on pages past it, page
+    0 (see ``_page_blocks``) and are masked out of the scores, so the loads need no token
+    mask.  Their scores are -inf, but their V rows still enter the PV dot times 0: a NaN
+    in those slots would reach the output.  vLLM zero-fills its caches (since 2023), so
+    they hold zeros or a former owner's finite values; masking the loads instead cost
+    spill reloads in this loop at 8-warp configs (sm_90 SASS, docs/kernel-notes.md).
     """
     t_in = (start_n + offs_n) % PAGE
     k_tok = blk * stride_kcb + t_in * stride_kct
@@ -196,19 +201,12 @@ def _context_kv(
 def _context_fold(
     acc, l_i, m_i, q, k, v, start_n, ctx_len, q_pos, slope_log2, window, ctx_scale, offs_n,
     MASK: tl.constexpr, FP8: tl.constexpr, ALIBI: tl.constexpr, WINDOW: tl.constexpr,
-    LEGACY: tl.constexpr, TAIL: tl.constexpr,
+    LEGACY: tl.constexpr,
 ):  # fmt: skip
-    """One tile of cached keys and values into the softmax state.
-
-    ``TAIL`` (the context's partial last tile): its keys past the context were read from
-    cache slots nobody wrote (or the null page); their scores are masked to -inf, but a
-    NaN there would survive ``0 * v`` in the PV dot, so their V rows are zeroed first.
-    """
+    """One tile of cached keys and values into the softmax state."""
     if FP8:
         k = k.to(q.dtype)
         v = v.to(q.dtype)
-    if TAIL:
-        v = tl.where((start_n + offs_n < ctx_len)[:, None], v, 0.0)
     s = tl.dot(q, k)
     s = _bias_and_mask(
         s, ctx_scale, q_pos, start_n + offs_n, slope_log2, window, MASK, ctx_len, ALIBI,
@@ -316,7 +314,7 @@ def _prefix_prefill_kernel(
         blk_next = _page_blocks(bt_row, start_n + 2 * BLOCK_N, offs_n, ctx_len, PAGE, True)
         acc, l_i, m_i = _context_fold(
             acc, l_i, m_i, q, k_cur, v_cur, start_n, ctx_len, q_pos, slope_log2, window,
-            ctx_scale, offs_n, WINDOW, FP8, ALIBI, WINDOW, LEGACY, False,
+            ctx_scale, offs_n, WINDOW, FP8, ALIBI, WINDOW, LEGACY,
         )  # fmt: skip
         k_cur = k_next
         v_cur = v_next
@@ -335,12 +333,12 @@ def _prefix_prefill_kernel(
             )  # fmt: skip
             acc, l_i, m_i = _context_fold(
                 acc, l_i, m_i, q, k_t, v_t, tail_n, ctx_len, q_pos, slope_log2, window,
-                ctx_scale, offs_n, True, FP8, ALIBI, WINDOW, LEGACY, True,
+                ctx_scale, offs_n, True, FP8, ALIBI, WINDOW, LEGACY,
             )  # fmt: skip
     elif full_end < ctx_len:
         acc, l_i, m_i = _context_fold(
             acc, l_i, m_i, q, k_cur, v_cur, full_end, ctx_len, q_pos, slope_log2, window,
-            ctx_scale, offs_n, True, FP8, ALIBI, WINDOW, LEGACY, True,
+            ctx_scale, offs_n, True, FP8, ALIBI, WINDOW, LEGACY,
         )  # fmt: skip
     if FP8:
         acc = acc * tl.load(V_SCALE).to(tl.float32)

@@ -49,8 +49,6 @@ SMALL_CASES = {
     "fp8 e4m3": ([(400, 200), (17, 9)], 4, 2, 128, 16, {"kv_cache_dtype": "fp8"}),
     "fp8 e5m2": ([(333, 120)], 4, 2, 128, 16, {"kv_cache_dtype": "fp8_e5m2"}),
     "skip decode": ([(20, 30), (50, 1), (7, 9)], 2, 1, 64, 16, {"skip_decode": True}),
-    "nan slots": ([(37, 20), (16, 9), (5, 30)], 4, 2, 32, 16, {"nan_slots": True}),
-    "nan slots head 128": ([(150, 40), (77, 9)], 8, 2, 128, 16, {"nan_slots": True}),
 }
 
 
