@@ -13,8 +13,7 @@ such as a rarely taken ``if``, is counted all the same: this is a static count).
         [--pack N]     # query heads per program (1: GQA unpacked)
 
 Prints, per config: shared memory, registers, local memory (spill) instructions, and per
-loop the instruction count and the
-most frequent opcodes.  Triton 3.x only.
+loop the instruction count and the most frequent opcodes.  Triton 3.x only.
 """
 
 from __future__ import annotations

@@ -19,6 +19,8 @@ import pytest
 
 torch = pytest.importorskip("torch")  # the CPU suite runs without torch too
 
+from vllm_codemod.kernels.prefill_selfcheck import case_count  # noqa: E402  (needs torch)
+
 HAS_GPU = torch.cuda.is_available() and importlib.util.find_spec("triton") is not None
 pytestmark = [
     pytest.mark.gpu,
@@ -103,7 +105,7 @@ sys.exit(0 if err < s.tolerance(dtype, "triton") else 1)
 
 
 @pytest.mark.parametrize("pack", ["auto", "1"])
-@pytest.mark.parametrize("index", range(5))  # prefill_selfcheck._cases("cuda", quick=False)
+@pytest.mark.parametrize("index", range(case_count("cuda", quick=False)))
 def test_selfcheck_case_in_its_own_process(index, pack):
     proc = subprocess.run(
         [sys.executable, "-c", SELFCHECK_CASE, str(index), pack],
