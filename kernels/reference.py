@@ -198,15 +198,26 @@ def reference_prefix_prefill(
         values = torch.cat([v_ctx, vf[s0:s1].permute(1, 0, 2)], dim=1)
         keys = keys.repeat_interleave(group, dim=0)  # [H, L, D]
         values = values.repeat_interleave(group, dim=0)
-        logits = torch.einsum("qhd,hkd->hqk", qf[mine], keys) * scale
-        q_pos = (mine - s0 + ctx)[:, None]
         k_pos = torch.arange(seq_len, device=device)[None, :]
-        if alibi_slopes is not None:
-            slopes = alibi_slopes.to(device=device, dtype=torch.float64)
-            logits = logits + slopes[:, None, None] * (k_pos - q_pos).to(torch.float64)
-        visible = k_pos <= q_pos
-        if sliding_window and sliding_window > 0:
-            visible = visible & (q_pos - k_pos < sliding_window)
-        logits = logits.masked_fill(~visible, float("-inf"))
-        out[mine] = torch.einsum("hqk,hkd->qhd", torch.softmax(logits, dim=-1), values)
+        for rows_here in mine.split(_rows_per_step(num_heads, seq_len)):
+            logits = torch.einsum("qhd,hkd->hqk", qf[rows_here], keys) * scale
+            q_pos = (rows_here - s0 + ctx)[:, None]
+            if alibi_slopes is not None:
+                slopes = alibi_slopes.to(device=device, dtype=torch.float64)
+                logits = logits + slopes[:, None, None] * (k_pos - q_pos).to(torch.float64)
+            visible = k_pos <= q_pos
+            if sliding_window and sliding_window > 0:
+                visible = visible & (q_pos - k_pos < sliding_window)
+            logits = logits.masked_fill(~visible, float("-inf"))
+            out[rows_here] = torch.einsum("hqk,hkd->qhd", torch.softmax(logits, dim=-1), values)
     return out
+
+
+#: float64 logits one step of the reference holds at once (a few temporaries this size
+#: live together): 1x(48K+16K) at 8 heads would need 69 GB as one matrix, which killed
+#: the self-check's process on a 128 GB host.
+_LOGITS_BYTES = 256 << 20
+
+
+def _rows_per_step(num_heads: int, keys: int) -> int:
+    return max(1, _LOGITS_BYTES // (8 * num_heads * max(keys, 1)))

@@ -207,3 +207,26 @@ def test_query_chunks_match_one_pass(monkeypatch):
         sliding_window=12,
         alibi=True,
     )
+
+
+def test_reference_in_row_steps_equals_one_step(monkeypatch):
+    """The reference bounds its float64 logits by computing a few query rows at a time
+    (a 1x(48K+16K) case held at once needs 69 GB); the steps must not change the answer,
+    including ALiBi and a window, whose positions come from each step's own rows."""
+    from vllm_codemod.kernels import reference
+
+    case = make_case(
+        ctx_lens=[37, 0],
+        new_lens=[29, 6],
+        num_heads=4,
+        num_kv_heads=2,
+        head_size=32,
+        alibi=True,
+        sliding_window=20,
+    )
+    whole = case.reference()
+    monkeypatch.setattr(reference, "_LOGITS_BYTES", 8 * 4 * 66 * 3)  # 3 rows a step
+    assert reference._rows_per_step(4, 66) == 3
+    stepped = case.reference()
+    assert torch.equal(torch.isnan(whole), torch.isnan(stepped))
+    assert torch.allclose(whole.nan_to_num(), stepped.nan_to_num(), rtol=0, atol=1e-12)
