@@ -106,12 +106,15 @@ def check(a: Dict[str, Any], out: torch.Tensor) -> float:
 
 
 def ours(
-    a: Dict[str, Any], config: Optional[PrefillConfig] = None, pack: Optional[int] = None
+    a: Dict[str, Any],
+    config: Optional[PrefillConfig] = None,
+    pack: Optional[int] = None,
+    gather: Optional[bool] = None,
 ) -> Callable[[], None]:
     kwargs = launch_arguments(a)
 
     def run() -> None:
-        prefix_prefill_triton(**kwargs, config=config, pack=pack)
+        prefix_prefill_triton(**kwargs, config=config, pack=pack, gather=gather)
 
     return run
 
@@ -257,10 +260,16 @@ def bench_case(name: str, peak: float, args, trees) -> Dict[str, Any]:
     default = pick_config(d_pad, a["q"].element_size(), a["k_cache"].element_size() == 1)
     print(f"{name}: {work / 1e12:.2f} TFLOP, default config {tuple(default)}", flush=True)
     rows = []
-    for cfg, pack in [(c, p) for c in [None] + args.config for p in [None] + args.pack]:
+    gathers = [None, True] if args.gather else [None]
+    variants = [
+        (c, p, g) for c in [None] + args.config for p in [None] + args.pack for g in gathers
+    ]
+    for cfg, pack, gather in variants:
         label = f"ours {tuple(cfg or default)}" + (f" pack {pack}" if pack else "")
+        label += " gathered" if gather else ""
         try:
-            rows.append(row_of(label, a, ours(a, cfg, pack), work, peak, no_time=args.no_time))
+            fn = ours(a, cfg, pack, gather)
+            rows.append(row_of(label, a, fn, work, peak, no_time=args.no_time))
         except Exception as exc:  # a config this device cannot compile (shared memory)
             print(f"    {label}: failed ({type(exc).__name__}: {str(exc)[:80]})")
             rows.append({"impl": label, "error": str(exc)[:200]})
@@ -323,6 +332,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument(
         "--pack", action="append", default=[], type=int,
         help="also time ours at this many query heads per program (1: GQA unpacked)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--gather", action="store_true",
+        help="also time each of ours with the context copied to contiguous buffers first",
     )  # fmt: skip
     parser.add_argument("--no-baselines", action="store_true")
     parser.add_argument(

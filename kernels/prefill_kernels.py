@@ -216,6 +216,66 @@ def _context_fold(
 
 
 @triton.jit
+def _paged_context(
+    acc, l_i, m_i, q, q_pos, slope_log2, window, ctx_scale, ctx_len, lo, full_end,
+    bt_row, kc_base, vc_base, k_d, v_d, d_ok, offs_n,
+    stride_kcb, stride_kct, stride_vcb, stride_vct, stride_kcd,
+    HEAD_SIZE: tl.constexpr, D_PAD: tl.constexpr, PAGE: tl.constexpr,
+    K_RUN: tl.constexpr, V_RUN: tl.constexpr, X: tl.constexpr, BLOCK_N: tl.constexpr,
+    K_3D: tl.constexpr, FP8: tl.constexpr, ALIBI: tl.constexpr, WINDOW: tl.constexpr,
+    LEGACY: tl.constexpr,
+):  # fmt: skip
+    """Loop A over the paged caches themselves, through the block table."""
+    # Software pipelining by hand: the next tile's K/V are loaded into registers
+    # while this one is folded in, and the page numbers one tile further ahead.
+    # (Triton's pipeliner gives a load whose address comes from another load only
+    # one tile of lead, too little to hide it; with one stage it gives none.)
+    blk = _page_blocks(bt_row, lo, offs_n, ctx_len, PAGE, True)
+    k_cur, v_cur = _context_kv(
+        blk, lo, kc_base, vc_base, k_d, v_d, d_ok, offs_n,
+        stride_kcb, stride_kct, stride_vcb, stride_vct, HEAD_SIZE, D_PAD, PAGE,
+        K_RUN, V_RUN, stride_kcd, X, BLOCK_N, K_3D,
+    )  # fmt: skip
+    blk_next = _page_blocks(bt_row, lo + BLOCK_N, offs_n, ctx_len, PAGE, True)
+    for start_n in range(lo, full_end, BLOCK_N):
+        k_next, v_next = _context_kv(
+            blk_next, start_n + BLOCK_N, kc_base, vc_base, k_d, v_d, d_ok, offs_n,
+            stride_kcb, stride_kct, stride_vcb, stride_vct, HEAD_SIZE, D_PAD, PAGE,
+            K_RUN, V_RUN, stride_kcd, X, BLOCK_N, K_3D,
+        )  # fmt: skip
+        blk_next = _page_blocks(bt_row, start_n + 2 * BLOCK_N, offs_n, ctx_len, PAGE, True)
+        acc, l_i, m_i = _context_fold(
+            acc, l_i, m_i, q, k_cur, v_cur, start_n, ctx_len, q_pos, slope_log2, window,
+            ctx_scale, offs_n, WINDOW, FP8, ALIBI, WINDOW, LEGACY,
+        )  # fmt: skip
+        k_cur = k_next
+        v_cur = v_next
+    if LEGACY:
+        # The partial last tile as a loop of at most one trip that loads its own K/V
+        # (the prefetched ones go unused): behind an ``if``, Triton 2.1's layout pass
+        # never returns on this kernel; with loop-invariant K/V the loop's first dot is
+        # hoisted out of it, its second gets another MMA layout, and 2.1 aborts on the
+        # MMA -> MMA conversion between them (CPU compile checks, docs/kernel-notes.md).
+        for tail_n in range(full_end, ctx_len, BLOCK_N):
+            blk_t = _page_blocks(bt_row, tail_n, offs_n, ctx_len, PAGE, True)
+            k_t, v_t = _context_kv(
+                blk_t, tail_n, kc_base, vc_base, k_d, v_d, d_ok, offs_n,
+                stride_kcb, stride_kct, stride_vcb, stride_vct, HEAD_SIZE, D_PAD, PAGE,
+                K_RUN, V_RUN, stride_kcd, X, BLOCK_N, K_3D,
+            )  # fmt: skip
+            acc, l_i, m_i = _context_fold(
+                acc, l_i, m_i, q, k_t, v_t, tail_n, ctx_len, q_pos, slope_log2, window,
+                ctx_scale, offs_n, True, FP8, ALIBI, WINDOW, LEGACY,
+            )  # fmt: skip
+    elif full_end < ctx_len:
+        acc, l_i, m_i = _context_fold(
+            acc, l_i, m_i, q, k_cur, v_cur, full_end, ctx_len, q_pos, slope_log2, window,
+            ctx_scale, offs_n, True, FP8, ALIBI, WINDOW, LEGACY,
+        )  # fmt: skip
+    return acc, l_i, m_i
+
+
+@triton.jit
 def _prefix_prefill_kernel(
     Q, K, V, OUT, K_CACHE, V_CACHE, BLOCK_TABLE, QUERY_START, SEQ_LENS, ALIBI_SLOPES,
     K_SCALE, V_SCALE, qk_scale, window, num_m_tiles,
@@ -223,13 +283,13 @@ def _prefix_prefill_kernel(
     stride_ot, stride_oh,
     stride_kcb, stride_kch, stride_kcd, stride_kct,
     stride_vcb, stride_vch, stride_vcd, stride_vct,
-    stride_btb,
+    stride_btb, KG, VG, stride_gb, stride_gh, stride_gt,
     GROUP: tl.constexpr, HEAD_SIZE: tl.constexpr, D_PAD: tl.constexpr,
     X: tl.constexpr, PAGE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     FP8: tl.constexpr, ALIBI: tl.constexpr, WINDOW: tl.constexpr, SKIP_DECODE: tl.constexpr,
     K_RUN: tl.constexpr, V_RUN: tl.constexpr, K_3D: tl.constexpr, LEGACY: tl.constexpr,
-    PACK: tl.constexpr, QUERIES: tl.constexpr,
+    PACK: tl.constexpr, QUERIES: tl.constexpr, GATHERED: tl.constexpr,
 ):  # fmt: skip
     m_tile = num_m_tiles - 1 - tl.program_id(0)  # longest tiles first
     seq = tl.program_id(1)
@@ -294,51 +354,37 @@ def _prefix_prefill_kernel(
         # the partial last tile, which the prefetch below must find loaded)
         lo = tl.maximum(ctx_len + m0 - window + 1, 0)
         lo = tl.minimum((lo // BLOCK_N) * BLOCK_N, full_end)
-    # Software pipelining by hand: the next tile's K/V are loaded into registers
-    # while this one is folded in, and the page numbers one tile further ahead.
-    # (Triton's pipeliner gives a load whose address comes from another load only
-    # one tile of lead, too little to hide it; with one stage it gives none.)
-    blk = _page_blocks(bt_row, lo, offs_n, ctx_len, PAGE, True)
-    k_cur, v_cur = _context_kv(
-        blk, lo, kc_base, vc_base, k_d, v_d, d_ok, offs_n,
-        stride_kcb, stride_kct, stride_vcb, stride_vct, HEAD_SIZE, D_PAD, PAGE,
-        K_RUN, V_RUN, stride_kcd, X, BLOCK_N, K_3D,
-    )  # fmt: skip
-    blk_next = _page_blocks(bt_row, lo + BLOCK_N, offs_n, ctx_len, PAGE, True)
-    for start_n in range(lo, full_end, BLOCK_N):
-        k_next, v_next = _context_kv(
-            blk_next, start_n + BLOCK_N, kc_base, vc_base, k_d, v_d, d_ok, offs_n,
-            stride_kcb, stride_kct, stride_vcb, stride_vct, HEAD_SIZE, D_PAD, PAGE,
-            K_RUN, V_RUN, stride_kcd, X, BLOCK_N, K_3D,
-        )  # fmt: skip
-        blk_next = _page_blocks(bt_row, start_n + 2 * BLOCK_N, offs_n, ctx_len, PAGE, True)
-        acc, l_i, m_i = _context_fold(
-            acc, l_i, m_i, q, k_cur, v_cur, start_n, ctx_len, q_pos, slope_log2, window,
-            ctx_scale, offs_n, WINDOW, FP8, ALIBI, WINDOW, LEGACY,
-        )  # fmt: skip
-        k_cur = k_next
-        v_cur = v_next
-    if LEGACY:
-        # The partial last tile as a loop of at most one trip that loads its own K/V
-        # (the prefetched ones go unused): behind an ``if``, Triton 2.1's layout pass
-        # never returns on this kernel; with loop-invariant K/V the loop's first dot is
-        # hoisted out of it, its second gets another MMA layout, and 2.1 aborts on the
-        # MMA -> MMA conversion between them (CPU compile checks, docs/kernel-notes.md).
-        for tail_n in range(full_end, ctx_len, BLOCK_N):
-            blk_t = _page_blocks(bt_row, tail_n, offs_n, ctx_len, PAGE, True)
-            k_t, v_t = _context_kv(
-                blk_t, tail_n, kc_base, vc_base, k_d, v_d, d_ok, offs_n,
-                stride_kcb, stride_kct, stride_vcb, stride_vct, HEAD_SIZE, D_PAD, PAGE,
-                K_RUN, V_RUN, stride_kcd, X, BLOCK_N, K_3D,
+    if GATHERED:
+        # The context copied into contiguous [seq, kv head, token, D] buffers
+        # (prefill_gather.py): the same loop as B's, pipelined by Triton.
+        g_off = seq.to(tl.int64) * stride_gb + kv_head * stride_gh
+        for start_n in range(lo, full_end, BLOCK_N):
+            k_idx = start_n + offs_n
+            k_ptrs = KG + g_off + k_idx[None, :] * stride_gt + offs_d[:, None]
+            v_ptrs = VG + g_off + k_idx[:, None] * stride_gt + offs_d[None, :]
+            k_t, v_t = _load_kv(k_ptrs, v_ptrs, d_ok, d_ok, D_PAD != HEAD_SIZE, False)
+            acc, l_i, m_i = _context_fold(
+                acc, l_i, m_i, q, k_t, v_t, start_n, ctx_len, q_pos, slope_log2, window,
+                ctx_scale, offs_n, WINDOW, FP8, ALIBI, WINDOW, LEGACY,
             )  # fmt: skip
+        # the partial last tile (a loop of at most one trip: see _paged_context's LEGACY
+        # note); its rows past the context were never written, so its loads are masked
+        for tail_n in range(full_end, ctx_len, BLOCK_N):
+            k_idx = tail_n + offs_n
+            k_ptrs = KG + g_off + k_idx[None, :] * stride_gt + offs_d[:, None]
+            v_ptrs = VG + g_off + k_idx[:, None] * stride_gt + offs_d[None, :]
+            k_t, v_t = _load_kv(k_ptrs, v_ptrs, d_ok, k_idx < ctx_len, D_PAD != HEAD_SIZE, True)
             acc, l_i, m_i = _context_fold(
                 acc, l_i, m_i, q, k_t, v_t, tail_n, ctx_len, q_pos, slope_log2, window,
                 ctx_scale, offs_n, True, FP8, ALIBI, WINDOW, LEGACY,
             )  # fmt: skip
-    elif full_end < ctx_len:
-        acc, l_i, m_i = _context_fold(
-            acc, l_i, m_i, q, k_cur, v_cur, full_end, ctx_len, q_pos, slope_log2, window,
-            ctx_scale, offs_n, True, FP8, ALIBI, WINDOW, LEGACY,
+    else:
+        acc, l_i, m_i = _paged_context(
+            acc, l_i, m_i, q, q_pos, slope_log2, window, ctx_scale, ctx_len, lo, full_end,
+            bt_row, kc_base, vc_base, k_d, v_d, d_ok, offs_n,
+            stride_kcb, stride_kct, stride_vcb, stride_vct, stride_kcd,
+            HEAD_SIZE, D_PAD, PAGE, K_RUN, V_RUN, X, BLOCK_N, K_3D, FP8, ALIBI, WINDOW,
+            LEGACY,
         )  # fmt: skip
     if FP8:
         acc = acc * tl.load(V_SCALE).to(tl.float32)

@@ -18,6 +18,7 @@ import triton
 
 from .decode_launch import HAS_PERMUTE  # Triton 3.0+: the 3-D K load
 from .log import log
+from .prefill_gather import gather_context
 from .prefill_kernels import LOG2E, _prefix_prefill_kernel
 
 #: Shared memory per program every built-in config must fit (BI-V100: 48 KB per block).
@@ -189,6 +190,7 @@ def prefix_prefill_triton(
     skip_decode: bool = False,
     config: Optional[PrefillConfig] = None,
     pack: Optional[int] = None,
+    gather: Optional[bool] = None,
 ) -> None:
     """vLLM's ``context_attention_fwd`` on the GPU; writes ``o`` (see prefill_kernels).
 
@@ -196,7 +198,9 @@ def prefix_prefill_triton(
     head_size // x, page, x]``; v_cache ``[blocks, kv_heads, head_size, page]`` (fp8
     caches already viewed as a float8 dtype); block_table ``[seqs, max_blocks]``;
     query_start ``[seqs + 1]``; seq_lens ``[seqs]`` = cached + new tokens.
-    ``pack`` overrides :func:`gqa_pack` (query heads per program; benchmarks and tests).
+    ``pack`` overrides :func:`gqa_pack` (query heads per program; benchmarks and tests);
+    ``gather`` whether the context is first copied into contiguous buffers
+    (``prefill_gather``).
     """
     num_seqs = seq_lens.shape[0]
     num_heads, head_size = q.shape[1], q.shape[2]
@@ -225,6 +229,12 @@ def prefix_prefill_triton(
     window = sliding_window if sliding_window and sliding_window > 0 else 0
     k_run, v_run = paged_runs(k_cache, v_cache, cfg.block_n)
     grid = (num_m_tiles, num_seqs, num_heads // heads_per_program)
+    gathered = bool(gather)
+    if gathered:
+        kg, vg = gather_context(k_cache, v_cache, block_table, query_start, seq_lens)
+        g_strides = (kg.stride(0), kg.stride(1), kg.stride(2))
+    else:
+        kg, vg, g_strides = k_cache, v_cache, (0, 0, 0)
     _prefix_prefill_kernel[grid](
         q, k, v, o, k_cache, v_cache, block_table, query_start, seq_lens,
         alibi_slopes if alibi_slopes is not None else q,
@@ -234,14 +244,14 @@ def prefix_prefill_triton(
         o.stride(0), o.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), k_cache.stride(3),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), v_cache.stride(3),
-        block_table.stride(0),
+        block_table.stride(0), kg, vg, *g_strides,
         GROUP=group, HEAD_SIZE=head_size, D_PAD=d_pad,
         X=k_cache.shape[4], PAGE=v_cache.shape[3],
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
         FP8=fp8, ALIBI=alibi_slopes is not None, WINDOW=window > 0,
         SKIP_DECODE=bool(skip_decode), K_RUN=k_run, V_RUN=v_run,
         K_3D=HAS_PERMUTE, LEGACY=not HAS_PERMUTE, PACK=heads_per_program, QUERIES=queries,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        GATHERED=gathered, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip
 
 

@@ -59,6 +59,41 @@ CASES = {
     "group 8 alibi window packed": ([(37, 26), (5, 19)], 8, 1, 32, 16, F16, ALIBI_WINDOW8, SMALL),
     "fp8 packed": ([(40, 20)], 4, 2, 32, 16, BF16, {"kv_cache_dtype": "fp8", "pack": 2}, SMALL),
     "default config head 128 packs": ([(150, 140), (0, 33)], 8, 2, 128, 16, BF16, {}, None),
+    # the context copied into contiguous buffers first (prefill_gather.py): ragged
+    # contexts (0, a partial last page and tile), head 96 and page 32, a window with
+    # ALiBi packed, an fp8 cache
+    "gqa ragged gathered": (
+        [(5, 3), (37, 40), (0, 17)],
+        4,
+        2,
+        32,
+        16,
+        F16,
+        {"gather": True},
+        SMALL,
+    ),
+    "head 96 page 32 gathered": ([(70, 19), (3, 33)], 2, 1, 96, 32, BF16, {"gather": True}, SMALL),
+    "alibi window packed gathered": (
+        [(37, 26), (50, 19)],
+        8,
+        2,
+        32,
+        16,
+        F16,
+        {**ALIBI_WINDOW8, "pack": 4, "gather": True},
+        SMALL,
+    ),
+    "fp8 gathered": (
+        [(40, 20), (17, 9)],
+        4,
+        2,
+        32,
+        16,
+        BF16,
+        {"kv_cache_dtype": "fp8", "gather": True},
+        SMALL,
+    ),
+    "default config gathered": ([(150, 140), (0, 33)], 8, 2, 128, 16, BF16, {"gather": True}, None),
 }
 
 
@@ -66,8 +101,9 @@ def run(name: str) -> float:
     lens, hq, hkv, d, page, dtype, extra, config = CASES[name]
     extra = dict(extra)
     pack = extra.pop("pack", None)
+    gather = extra.pop("gather", None)
     a = make_prefill_inputs(lens, hq, hkv, d, page, dtype, seed=len(name), **extra)
-    prefix_prefill_triton(**launch_arguments(a), config=config, pack=pack)
+    prefix_prefill_triton(**launch_arguments(a), config=config, pack=pack, gather=gather)
     return prefill_error(a, a["o"])
 
 

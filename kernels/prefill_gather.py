@@ -1,0 +1,104 @@
+"""Copy each sequence's paged context into one contiguous K and one V buffer.
+
+Why: the prefill kernel's context loop reads K/V through the block table, so their
+addresses come from a load, and Triton's pipeliner gives such loads no lead (the tile
+waits for its own copies; the hand prefetch that replaced it holds the next tile in
+registers: 255 registers and spills).  Over a contiguous buffer the context loop is the
+same loop as the one over the chunk's own tokens, which the pipeliner runs with
+``cp.async`` several tiles ahead.  The copy reads and writes the context once, a few
+hundred MB at 100K tokens: well under 1% of the attention's time, since the kernel
+reads every K/V tile once per query tile.
+
+The buffers are ``[seqs, kv_heads, tokens, head_size]`` in the cache's dtype (fp8 stays
+fp8).  ``tokens`` is the block table's width in tokens, known on the host without a
+device sync; rows past a sequence's context are left unwritten (the kernel masks them).
+"""
+
+from __future__ import annotations
+
+from typing import Tuple
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _gather_context_kernel(
+    K_CACHE, V_CACHE, BLOCK_TABLE, QUERY_START, SEQ_LENS, KG, VG,
+    stride_kcb, stride_kch, stride_kcd, stride_kct,
+    stride_vcb, stride_vch, stride_vcd, stride_vct,
+    stride_btb, stride_gb, stride_gh, stride_gt,
+    HEAD_SIZE: tl.constexpr, D_PAD: tl.constexpr, X: tl.constexpr, PAGE: tl.constexpr,
+    TOKENS: tl.constexpr,
+):  # fmt: skip
+    """One program copies ``TOKENS`` context tokens of one sequence and kv head."""
+    t0 = tl.program_id(0) * TOKENS
+    seq = tl.program_id(1)
+    kv_head = tl.program_id(2)
+    q_len = tl.load(QUERY_START + seq + 1) - tl.load(QUERY_START + seq)
+    ctx_len = tl.load(SEQ_LENS + seq) - q_len
+    if t0 >= ctx_len:
+        return
+    offs_t = t0 + tl.arange(0, TOKENS)
+    offs_d = tl.arange(0, D_PAD)
+    t_ok = offs_t < ctx_len
+    ok = t_ok[:, None] & (offs_d < HEAD_SIZE)[None, :]
+    blk = tl.load(BLOCK_TABLE + seq * stride_btb + offs_t // PAGE, mask=t_ok, other=0)
+    blk = blk.to(tl.int64)
+    t_in = offs_t % PAGE
+    k_src = (
+        K_CACHE + blk[:, None] * stride_kcb + kv_head * stride_kch + t_in[:, None] * stride_kct
+        + (offs_d // X)[None, :] * stride_kcd + (offs_d % X)[None, :]
+    )  # fmt: skip
+    v_src = (
+        V_CACHE + blk[:, None] * stride_vcb + kv_head * stride_vch + t_in[:, None] * stride_vct
+        + offs_d[None, :] * stride_vcd
+    )  # fmt: skip
+    dst = seq * stride_gb + kv_head * stride_gh + offs_t[:, None].to(tl.int64) * stride_gt
+    dst = dst + offs_d[None, :]
+    tl.store(KG + dst, tl.load(k_src, mask=ok), mask=ok)
+    tl.store(VG + dst, tl.load(v_src, mask=ok), mask=ok)
+
+
+def gathered_bytes(k_cache: torch.Tensor, block_table: torch.Tensor) -> int:
+    """Bytes the two buffers of :func:`gather_context` take."""
+    seqs, width = block_table.shape[0], block_table.shape[1]
+    kv_heads, page = k_cache.shape[1], k_cache.shape[3]
+    head_size = k_cache.shape[2] * k_cache.shape[4]
+    return 2 * seqs * kv_heads * width * page * head_size * k_cache.element_size()
+
+
+def gather_context(
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    query_start: torch.Tensor,
+    seq_lens: torch.Tensor,
+    tokens: int = 64,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """K and V of every sequence's cached tokens, ``[seqs, kv_heads, L, head_size]``
+    with L the block table's width in tokens (see the module docstring)."""
+    seqs, width = block_table.shape[0], block_table.shape[1]
+    kv_heads, x, page = k_cache.shape[1], k_cache.shape[4], k_cache.shape[3]
+    head_size = k_cache.shape[2] * x
+    length = width * page
+    shape = (seqs, kv_heads, length, head_size)
+    kg = torch.empty(shape, dtype=k_cache.dtype, device=k_cache.device)
+    vg = torch.empty(shape, dtype=v_cache.dtype, device=v_cache.device)
+    if seqs == 0 or length == 0:
+        return kg, vg
+    d_pad = max(triton.next_power_of_2(head_size), 16)
+    grid = (triton.cdiv(length, tokens), seqs, kv_heads)
+    _gather_context_kernel[grid](
+        k_cache, v_cache, block_table, query_start, seq_lens, kg, vg,
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), k_cache.stride(3),
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), v_cache.stride(3),
+        block_table.stride(0), kg.stride(0), kg.stride(1), kg.stride(2),
+        HEAD_SIZE=head_size, D_PAD=d_pad, X=x, PAGE=page, TOKENS=tokens,
+        num_warps=4,
+    )  # fmt: skip
+    return kg, vg
+
+
+__all__ = ["gather_context", "gathered_bytes"]
