@@ -11,6 +11,7 @@ such as a rarely taken ``if``, is counted all the same: this is a static count).
     python3 scripts/prefill_sass.py 128,32,4,1 [128,64,8,3 ...] [--cc 90] [--head 128]
         [--keep DIR]   # also write each config's .sass, .ptx and .ttgir there
         [--pack N]     # query heads per program (1: GQA unpacked)
+        [--gather]     # the context loop over gathered, contiguous K/V (prefill_gather)
 
 Prints, per config: shared memory, registers, local memory (spill) instructions, and per
 loop the instruction count and the most frequent opcodes.  Triton 3.x only.
@@ -43,21 +44,30 @@ def _compile_check():
     return load_file("check_triton_compile", HERE / "check_triton_compile.py", keep=False)
 
 
-def compile_config(ctc, config, cc: int, head: int, pack=None):
+def _cpu_buffers(k_cache, v_cache, block_table, *args, **kwargs):
+    """gather_context's buffers, unfilled (its own kernel would need a GPU to run)."""
+    seqs, tokens = block_table.shape[0], block_table.shape[1] * k_cache.shape[3]
+    shape = (seqs, k_cache.shape[1], tokens, k_cache.shape[2] * k_cache.shape[4])
+    return torch.empty(shape, dtype=k_cache.dtype), torch.empty(shape, dtype=v_cache.dtype)
+
+
+def compile_config(ctc, config, cc: int, head: int, pack=None, gather=False):
     """The compiled kernel for one (BLOCK_M, BLOCK_N, warps, stages) config (32/8 heads;
     ``pack`` query heads per program, the launcher's choice when None)."""
     a = prefill_cases.make_prefill_inputs([(256, 256)], 32, 8, head, 16, torch.bfloat16)
     sink = []
-    saved = prefill_launch._prefix_prefill_kernel
+    saved = prefill_launch._prefix_prefill_kernel, prefill_launch.gather_context
     try:
         prefill_launch._prefix_prefill_kernel = ctc._Recorder("prefill", sink)
+        prefill_launch.gather_context = _cpu_buffers
         prefill_launch.prefix_prefill_triton(
             **prefill_cases.launch_arguments(a),
             config=prefill_launch.PrefillConfig(*config),
             pack=pack,
+            gather=gather,
         )
     finally:
-        prefill_launch._prefix_prefill_kernel = saved
+        prefill_launch._prefix_prefill_kernel, prefill_launch.gather_context = saved
     name, args, kwargs = sink[0]
     fn = ctc.KERNELS[name]
     args, opts = ctc.full_args(fn, args, kwargs)
@@ -98,11 +108,12 @@ def main() -> int:
     parser.add_argument("--head", type=int, default=128)
     parser.add_argument("--keep", type=Path)
     parser.add_argument("--pack", type=int, help="query heads per program (default: launcher's)")
+    parser.add_argument("--gather", action="store_true", help="the gathered context loop")
     ns = parser.parse_args()
     ctc = _compile_check()
     for text in ns.configs:
         config = tuple(int(x) for x in text.split(","))
-        kernel = compile_config(ctc, config, ns.cc, ns.head, ns.pack)
+        kernel = compile_config(ctc, config, ns.cc, ns.head, ns.pack, ns.gather)
         sass = cuobjdump(kernel.asm["cubin"], "-sass")
         usage = cuobjdump(kernel.asm["cubin"], "-res-usage")
         regs = re.search(r"REG:(\d+)", usage)
