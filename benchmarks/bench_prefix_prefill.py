@@ -260,13 +260,13 @@ def bench_case(name: str, peak: float, args, trees) -> Dict[str, Any]:
     default = pick_config(d_pad, a["q"].element_size(), a["k_cache"].element_size() == 1)
     print(f"{name}: {work / 1e12:.2f} TFLOP, default config {tuple(default)}", flush=True)
     rows = []
-    gathers = [None, True] if args.gather else [None]
+    gathers = [False, True] if args.gather else [None]  # None: the launcher's choice
     variants = [
         (c, p, g) for c in [None] + args.config for p in [None] + args.pack for g in gathers
     ]
     for cfg, pack, gather in variants:
         label = f"ours {tuple(cfg or default)}" + (f" pack {pack}" if pack else "")
-        label += " gathered" if gather else ""
+        label += {None: "", False: " paged", True: " gathered"}[gather]
         try:
             fn = ours(a, cfg, pack, gather)
             rows.append(row_of(label, a, fn, work, peak, no_time=args.no_time))
@@ -335,7 +335,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     )  # fmt: skip
     parser.add_argument(
         "--gather", action="store_true",
-        help="also time each of ours with the context copied to contiguous buffers first",
+        help="time each of ours paged and with the context first copied to contiguous buffers",
     )  # fmt: skip
     parser.add_argument("--no-baselines", action="store_true")
     parser.add_argument(

@@ -11,14 +11,15 @@ measured on the device by ``vllm-codemod tune`` may hold larger ones for its dev
 
 from __future__ import annotations
 
-from typing import Any, Dict, NamedTuple, Optional, Tuple
+import os
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 import torch
 import triton
 
 from .decode_launch import HAS_PERMUTE  # Triton 3.0+: the 3-D K load
 from .log import log
-from .prefill_gather import gather_context
+from .prefill_gather import gather_context, gathered_bytes
 from .prefill_kernels import LOG2E, _prefix_prefill_kernel
 
 #: Shared memory per program every built-in config must fit (BI-V100: 48 KB per block).
@@ -171,6 +172,39 @@ def gqa_pack(group: int, block_m: int) -> int:
     return pack
 
 
+#: Most bytes the gathered context buffers of one launch may take (both together); a
+#: larger context runs the paged loop.  ``VLLM_CODEMOD_PREFILL_GATHER_MB`` overrides it
+#: (0: never gather).  At 100K tokens of 8 kv heads of 128 in bf16 they take 410 MB.
+GATHER_LIMIT_ENV = "VLLM_CODEMOD_PREFILL_GATHER_MB"
+GATHER_LIMIT_BYTES = 1 << 30
+_gather_limit: List[int] = []
+
+
+def gather_limit() -> int:
+    """The byte limit for the gathered buffers (read from the environment once)."""
+    if not _gather_limit:
+        raw = os.environ.get(GATHER_LIMIT_ENV, "").strip()
+        try:
+            limit = int(float(raw) * (1 << 20)) if raw else GATHER_LIMIT_BYTES
+        except ValueError:
+            log.warning("vllm-codemod: %s=%r is not a number of MB; using %d MB",
+                        GATHER_LIMIT_ENV, raw, GATHER_LIMIT_BYTES >> 20)  # fmt: skip
+            limit = GATHER_LIMIT_BYTES
+        _gather_limit.append(max(limit, 0))
+    return _gather_limit[0]
+
+
+def wants_gather(config: PrefillConfig, buffer_bytes: int) -> bool:
+    """Whether a launch copies its context into contiguous buffers first.
+
+    Only where Triton's pipeliner can then stream the context loop (``num_stages`` 2 or
+    more: ``cp.async`` tiles ahead, no registers held): with one stage the paged loop's
+    hand prefetch is the faster of the two.  And only while the buffers stay within
+    :func:`gather_limit`.
+    """
+    return config.num_stages >= 2 and 0 < buffer_bytes <= gather_limit()
+
+
 def prefix_prefill_triton(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -229,12 +263,16 @@ def prefix_prefill_triton(
     window = sliding_window if sliding_window and sliding_window > 0 else 0
     k_run, v_run = paged_runs(k_cache, v_cache, cfg.block_n)
     grid = (num_m_tiles, num_seqs, num_heads // heads_per_program)
-    gathered = bool(gather)
-    if gathered:
-        kg, vg = gather_context(k_cache, v_cache, block_table, query_start, seq_lens)
-        g_strides = (kg.stride(0), kg.stride(1), kg.stride(2))
-    else:
-        kg, vg, g_strides = k_cache, v_cache, (0, 0, 0)
+    if gather is None:
+        gather = wants_gather(cfg, gathered_bytes(k_cache, block_table))
+    kg, vg, g_strides = k_cache, v_cache, (0, 0, 0)
+    if gather:
+        try:
+            kg, vg = gather_context(k_cache, v_cache, block_table, query_start, seq_lens)
+            g_strides = (kg.stride(0), kg.stride(1), kg.stride(2))
+        except torch.cuda.OutOfMemoryError:  # the paged loop needs no buffers
+            gather = False
+            log.info("vllm-codemod: no memory for the gathered prefill context; paged loop")
     _prefix_prefill_kernel[grid](
         q, k, v, o, k_cache, v_cache, block_table, query_start, seq_lens,
         alibi_slopes if alibi_slopes is not None else q,
@@ -251,7 +289,7 @@ def prefix_prefill_triton(
         FP8=fp8, ALIBI=alibi_slopes is not None, WINDOW=window > 0,
         SKIP_DECODE=bool(skip_decode), K_RUN=k_run, V_RUN=v_run,
         K_3D=HAS_PERMUTE, LEGACY=not HAS_PERMUTE, PACK=heads_per_program, QUERIES=queries,
-        GATHERED=gathered, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        GATHERED=bool(gather), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip
 
 
@@ -259,9 +297,12 @@ __all__ = [
     "DEFAULT_CONFIGS",
     "FP32_CONFIGS",
     "FP8_CACHE_CONFIGS",
+    "GATHER_LIMIT_BYTES",
+    "GATHER_LIMIT_ENV",
     "PACKED_CONFIGS",
     "PORTABLE_SHARED_BYTES",
     "PrefillConfig",
+    "gather_limit",
     "gqa_pack",
     "paged_runs",
     "pick_config",
@@ -269,4 +310,5 @@ __all__ = [
     "reset_prefill_configs",
     "set_prefill_configs",
     "shared_bytes",
+    "wants_gather",
 ]

@@ -81,3 +81,33 @@ def test_selfcheck_allows_tf32_on_the_triton_path_only():
     assert tolerance(torch.float32, "torch") == 1e-4
     assert tolerance(torch.float32, "triton") == 5e-3
     assert tolerance(torch.bfloat16, "triton") == tolerance(torch.bfloat16, "torch")
+
+
+def test_gather_only_where_the_pipeliner_streams_and_within_the_limit(monkeypatch):
+    monkeypatch.setattr(launch, "_gather_limit", [1000])
+    two_stages, one_stage = launch.PrefillConfig(128, 64, 8, 2), launch.PrefillConfig(128, 32, 4, 1)
+    assert launch.wants_gather(two_stages, 1000)
+    assert not launch.wants_gather(two_stages, 1001)  # over the limit: the paged loop
+    assert not launch.wants_gather(two_stages, 0)  # nothing to copy
+    assert not launch.wants_gather(one_stage, 10)  # no cp.async to gain
+
+
+@pytest.mark.parametrize(
+    "raw,limit",
+    [("", launch.GATHER_LIMIT_BYTES), ("0", 0), ("512", 512 << 20), ("0.5", 1 << 19),
+     ("-3", 0), ("lots", launch.GATHER_LIMIT_BYTES)],
+)  # fmt: skip
+def test_gather_limit_from_the_environment(monkeypatch, raw, limit):
+    monkeypatch.setattr(launch, "_gather_limit", [])
+    monkeypatch.setenv(launch.GATHER_LIMIT_ENV, raw)
+    assert launch.gather_limit() == limit
+    monkeypatch.setenv(launch.GATHER_LIMIT_ENV, "7")
+    assert launch.gather_limit() == limit  # read once per process
+
+
+def test_gathered_bytes_follow_the_table_width():
+    from vllm_codemod.kernels.prefill_gather import gathered_bytes
+
+    k, _ = caches(blocks=4, heads=2, head=64, page=16, x=8)
+    table = torch.zeros(3, 5, dtype=torch.int32)  # 3 sequences, 5 pages each at most
+    assert gathered_bytes(k, table) == 2 * 3 * 2 * (5 * 16) * 64 * 2
