@@ -53,6 +53,7 @@ from vllm_codemod.kernels import (  # noqa: E402
     decode_kernels,
     decode_launch,
     launch_tables,
+    prefill_gather,
     prefill_kernels,
     prefill_launch,
 )
@@ -63,6 +64,7 @@ KERNELS = {
     "partition": decode_kernels.partition_kernel,
     "reduce": decode_kernels.reduce_kernel,
     "prefill": prefill_kernels._prefix_prefill_kernel,
+    "prefill_gather": prefill_gather._gather_context_kernel,
 }
 DECODE_KERNELS = ("partition", "reduce")
 SHORT = {
@@ -213,13 +215,16 @@ def record_prefill_launches(case):
     hs, dtype, _vname, extra, (nh, nkv), page = case
     a = prefill_inputs.make_prefill_inputs(PREFILL_LENS, nh, nkv, hs, page, dtype, **extra)
     sink = []
-    saved = prefill_launch._prefix_prefill_kernel
+    saved = prefill_launch._prefix_prefill_kernel, prefill_gather._gather_context_kernel
     try:
         prefill_launch.set_prefill_configs(None)  # the built-in DEFAULT_CONFIGS
         prefill_launch._prefix_prefill_kernel = _Recorder("prefill", sink)
+        # where the launcher gathers the context, its copy kernel is recorded too
+        prefill_gather._gather_context_kernel = _Recorder("prefill_gather", sink)
         prefill_launch.prefix_prefill_triton(**prefill_inputs.launch_arguments(a))
     finally:
-        prefill_launch._prefix_prefill_kernel = saved
+        prefill_launch._prefix_prefill_kernel = saved[0]
+        prefill_gather._gather_context_kernel = saved[1]
         prefill_launch.reset_prefill_configs()
     fp8 = a["k_cache"].element_size() == 1
     return sink, prefill_launch.pick_config(cfg_d_pad(hs), a["q"].element_size(), fp8)
@@ -308,7 +313,7 @@ def _is_constexpr(fn, i):
 
 
 def _dtype_of(fn, args):
-    for name in ("q_ptr", "Q", "out_ptr"):
+    for name in ("q_ptr", "Q", "out_ptr", "K_CACHE"):
         if name in fn.arg_names:
             return str(args[fn.arg_names.index(name)].dtype)
     raise KeyError(f"{fn.arg_names}: no query or output argument")
@@ -529,7 +534,7 @@ def main(argv=None) -> int:
             # The reduce kernel is the same for every partition config: one row for it.
             if name == "partition":
                 slot = (cname, tuple(cfg), name, cc)
-            elif name == "prefill":  # the fp32 configs differ: one row per dtype
+            elif name in ("prefill", "prefill_gather"):  # fp32 configs differ: per dtype
                 slot = (f"{cname} {dt_name}", tuple(cfg), name, cc)
             else:
                 slot = ("-", (), name, cc)

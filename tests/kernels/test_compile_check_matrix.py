@@ -106,14 +106,18 @@ def test_recorded_launches_cover_every_kernel_variant(check):
 def test_prefill_matrix_records_every_path_and_default_config(check):
     from vllm_codemod.kernels import prefill_launch
 
-    seen_configs, flags = set(), set()
+    seen_configs, flags, gathered = set(), set(), 0
     cases = list(check.prefill_cases(False))
     assert {c[0] for c in cases} == {64, 96, 128, 256}
     assert {c[2] for c in cases} == {name for name, _ in check.PREFILL_VARIANTS}
     for case in cases:
         launches, cfg = check.record_prefill_launches(case)
-        ((name, _args, kwargs),) = launches
-        assert name == "prefill"
+        # the context's copy kernel first where the launcher gathers (2+ stages)
+        wants = prefill_launch.wants_gather(cfg, 1)
+        assert [n for n, _, _ in launches] == ["prefill_gather"] * wants + ["prefill"]
+        name, _args, kwargs = launches[-1]
+        assert kwargs["GATHERED"] == wants
+        gathered += wants
         assert (kwargs["BLOCK_M"], kwargs["BLOCK_N"]) == (cfg.block_m, cfg.block_n)
         assert (kwargs["num_warps"], kwargs["num_stages"]) == (cfg.num_warps, cfg.num_stages)
         assert kwargs["HEAD_SIZE"] == case[0] and kwargs["GROUP"] == case[4][0] // case[4][1]
@@ -124,5 +128,6 @@ def test_prefill_matrix_records_every_path_and_default_config(check):
         if case[1] != torch.float32:
             seen_configs.add(tuple(cfg))
     assert flags == {"FP8", "ALIBI", "WINDOW", "SKIP_DECODE"}
+    assert gathered  # some built-in config gathers, so the copy kernel is compiled
     # every built-in config (16-bit; head 32's equals head 64's) is compiled
     assert {tuple(c) for c in prefill_launch.DEFAULT_CONFIGS.values()} <= seen_configs
