@@ -55,7 +55,9 @@ def _gather_context_kernel(
         V_CACHE + blk[:, None] * stride_vcb + kv_head * stride_vch + t_in[:, None] * stride_vct
         + offs_d[None, :] * stride_vcd
     )  # fmt: skip
-    dst = seq * stride_gb + kv_head * stride_gh + offs_t[:, None].to(tl.int64) * stride_gt
+    # int64: a batch of long contexts passes 2**31 elements
+    dst = seq.to(tl.int64) * stride_gb + kv_head.to(tl.int64) * stride_gh
+    dst = dst + offs_t[:, None].to(tl.int64) * stride_gt
     dst = dst + offs_d[None, :]
     tl.store(KG + dst, tl.load(k_src, mask=ok), mask=ok)
     tl.store(VG + dst, tl.load(v_src, mask=ok), mask=ok)

@@ -357,7 +357,7 @@ def _prefix_prefill_kernel(
     if GATHERED:
         # The context copied into contiguous [seq, kv head, token, D] buffers
         # (prefill_gather.py): the same loop as B's, pipelined by Triton.
-        g_off = seq.to(tl.int64) * stride_gb + kv_head * stride_gh
+        g_off = seq.to(tl.int64) * stride_gb + kv_head.to(tl.int64) * stride_gh
         for start_n in range(lo, full_end, BLOCK_N):
             k_idx = start_n + offs_n
             k_ptrs = KG + g_off + k_idx[None, :] * stride_gt + offs_d[:, None]
