@@ -7,9 +7,12 @@ once per query head.  Its keys come in three parts, each its own loop, so that o
 tiles that need a mask pay for one (the split of Triton's fused-attention tutorial and
 of LightLLM's prompt-cache kernel):
 
-A. the cached context, read from the paged caches through the block table in tiles of
-   ``BLOCK_N`` tokens (a multiple of the page size reads whole pages): no mask but on
-   the last, partial tile.  Pipelined by hand: the next tile's K/V are loaded into
+A. the cached context in tiles of ``BLOCK_N`` tokens, no mask but on the last, partial
+   tile.  With ``GATHERED`` (the launcher's choice at 2+ stages) it is read from
+   contiguous copies of the context (``prefill_gather``) in the same loop as B, which
+   Triton's pipeliner streams with ``cp.async``.  Otherwise it is read from the paged
+   caches through the block table (a ``BLOCK_N`` that is a multiple of the page size
+   reads whole pages), pipelined by hand: the next tile's K/V are loaded into
    registers while the current one is folded in (Triton's own pipeliner leaves a load
    whose address comes from another load too little lead), and K is read as
    ``[N, D / X, X]`` so that a warp's threads walk the tokens of a page (coalesced)

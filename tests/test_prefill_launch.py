@@ -13,6 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")  # the CPU suite runs without torch too
 pytest.importorskip("triton")
 
+from vllm_codemod.kernels import prefill_kernels  # noqa: E402
 from vllm_codemod.kernels import prefill_launch as launch  # noqa: E402
 from vllm_codemod.kernels.prefill_selfcheck import tolerance  # noqa: E402
 
@@ -111,3 +112,61 @@ def test_gathered_bytes_follow_the_table_width():
     k, _ = caches(blocks=4, heads=2, head=64, page=16, x=8)
     table = torch.zeros(3, 5, dtype=torch.int32)  # 3 sequences, 5 pages each at most
     assert gathered_bytes(k, table) == 2 * 3 * 2 * (5 * 16) * 64 * 2
+
+
+class _Recorder:
+    """Stands in for a Triton kernel: ``kernel[grid](*args, **kwargs)`` records the call."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.calls.append((args, kwargs))
+
+
+def _launch(monkeypatch, config, gather=None, copy=None):
+    """One CPU launch with the kernel recorded; returns its constexprs and the K/V
+    buffers it was handed (positions of KG, VG in the kernel's signature)."""
+    from vllm_codemod.kernels.prefill_cases import launch_arguments, make_prefill_inputs
+
+    kernel = _Recorder()
+    monkeypatch.setattr(launch, "_prefix_prefill_kernel", kernel)
+    if copy is not None:
+        monkeypatch.setattr(launch, "gather_context", copy)
+    a = make_prefill_inputs([(40, 20)], 4, 2, 64, 16, torch.float16)
+    launch.prefix_prefill_triton(
+        **launch_arguments(a), config=launch.PrefillConfig(*config), gather=gather
+    )
+    ((args, kwargs),) = kernel.calls
+    names = prefill_kernels._prefix_prefill_kernel.arg_names  # positional, in order
+    return kwargs, args[names.index("KG")], args[names.index("VG")], a
+
+
+def test_a_two_stage_launch_reads_the_gathered_buffers(monkeypatch):
+    monkeypatch.setattr(launch, "_gather_limit", [1 << 30])
+    kg = torch.zeros(1, 2, 48, 64, dtype=torch.float16)
+    vg = torch.ones(1, 2, 48, 64, dtype=torch.float16)
+    kwargs, k_arg, v_arg, _ = _launch(monkeypatch, (64, 32, 4, 2), copy=lambda *a, **k: (kg, vg))
+    assert kwargs["GATHERED"] and k_arg is kg and v_arg is vg
+
+
+def test_one_stage_or_gather_false_reads_the_paged_caches(monkeypatch):
+    monkeypatch.setattr(launch, "_gather_limit", [1 << 30])
+
+    def never(*args, **kwargs):
+        raise AssertionError("gathered although not wanted")
+
+    for config, gather in (((64, 32, 4, 1), None), ((64, 32, 4, 2), False)):
+        kwargs, k_arg, v_arg, a = _launch(monkeypatch, config, gather, copy=never)
+        assert not kwargs["GATHERED"]
+        assert k_arg is a["k_cache"] and v_arg is a["v_cache"]
+
+
+def test_no_memory_for_the_buffers_falls_back_to_the_paged_loop(monkeypatch):
+    monkeypatch.setattr(launch, "_gather_limit", [1 << 30])
+
+    def out_of_memory(*args, **kwargs):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory")
+
+    kwargs, k_arg, _, a = _launch(monkeypatch, (64, 32, 4, 2), copy=out_of_memory)
+    assert not kwargs["GATHERED"] and k_arg is a["k_cache"]

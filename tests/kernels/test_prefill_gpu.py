@@ -1,7 +1,8 @@
 """The prefix-prefill Triton kernel on a CUDA device against float64 (skipped without one).
 
 The interpreter's small cases (prefill_interpret_check.CASES) at the launcher's default
-configs and at small tiles, then long cases checked on a row sample: one 16K-token chunk
+configs and at small tiles, then long cases checked on a row sample (at the default
+config, and at a two-stage config with the context paged and gathered): one 16K-token chunk
 over a 16K context (GQA 32/8, head 128), head 256, a batch, ALiBi, a sliding window, and
 fp8 caches.  Last, the self-check's prefill cases (what ``verify`` runs), each in a process
 of its own, packed and unpacked: a CUDA error poisons the process that meets it, and
@@ -77,11 +78,16 @@ LONG_CASES = {
 }
 
 
+@pytest.mark.parametrize("loop", ["default", "paged 2 stages", "gathered"])
 @pytest.mark.parametrize("name", sorted(LONG_CASES))
-def test_long_cases_on_a_row_sample(name):
+def test_long_cases_on_a_row_sample(name, loop):
+    """At the default config, and at a two-stage one both ways: the context through the
+    block table, and copied into contiguous buffers first (what 2+ stages get)."""
     lens, hq, hkv, d, extra = LONG_CASES[name]
     a = make_prefill_inputs(lens, hq, hkv, d, 16, BF16, device="cuda", seed=3, **extra)
-    prefix_prefill_triton(**launch_arguments(a))
+    config = None if loop == "default" else PrefillConfig(128, 64, 8, 2)
+    gather = {"default": None, "paged 2 stages": False, "gathered": True}[loop]
+    prefix_prefill_triton(**launch_arguments(a), config=config, gather=gather)
     torch.cuda.synchronize()
     assert not torch.isnan(a["o"]).any()  # every row written
     err = prefill_error(a, a["o"], rows=sample_rows(a), device=torch.device("cuda"))

@@ -38,10 +38,11 @@ STAGES = (1, 2, 3)
 #: Published starting points (issue #25): FlexAttention's H100 bf16 defaults for head
 #: 64 / 128 / 256, and the 64 x 64, one-stage tiles of an Iluvatar Triton fork.
 PUBLISHED: Tuple[Config, ...] = ((128, 128, 4, 3), (128, 64, 8, 3), (64, 32, 4, 3), (64, 64, 4, 1))
-#: The fastest configs measured on an H100 (docs/kernel-notes.md: "Prefix prefill: the
-#: H100 sweep" and session 12), fastest first: beyond 48 KB, (128, 128, 8, 2) at head
-#: 128 and (128, 64, 8, 2) at head 256 (the 8-warp tiles gained most from loop A's
-#: register prefetch); then the 48 KB defaults and earlier winners.
+#: The fastest configs measured (docs/kernel-notes.md: "Prefix prefill: the H100 sweep",
+#: sessions 12 and 14), fastest first: beyond 48 KB, (128, 128, 8, 2) at head 128 and
+#: (128, 64, 8, 2) at head 256 (with two stages the launcher gathers the context, and
+#: on an H200 they ran at 67-68% and 74% of the matmul rate); then the 48 KB defaults
+#: and earlier winners.
 MEASURED: Tuple[Config, ...] = (
     (128, 128, 8, 2),
     (128, 64, 8, 2),
