@@ -16,6 +16,7 @@ device sync; rows past a sequence's context are left unwritten (the kernel masks
 
 from __future__ import annotations
 
+import math
 from typing import Tuple
 
 import torch
@@ -63,12 +64,15 @@ def _gather_context_kernel(
     tl.store(VG + dst, tl.load(v_src, mask=ok), mask=ok)
 
 
+def _buffer_shape(k_cache: torch.Tensor, block_table: torch.Tensor) -> Tuple[int, ...]:
+    """``[seqs, kv_heads, table width x page, head_size]``."""
+    _blocks, kv_heads, lanes, page, x = k_cache.shape
+    return (block_table.shape[0], kv_heads, block_table.shape[1] * page, lanes * x)
+
+
 def gathered_bytes(k_cache: torch.Tensor, block_table: torch.Tensor) -> int:
     """Bytes the two buffers of :func:`gather_context` take."""
-    seqs, width = block_table.shape[0], block_table.shape[1]
-    kv_heads, page = k_cache.shape[1], k_cache.shape[3]
-    head_size = k_cache.shape[2] * k_cache.shape[4]
-    return 2 * seqs * kv_heads * width * page * head_size * k_cache.element_size()
+    return 2 * math.prod(_buffer_shape(k_cache, block_table)) * k_cache.element_size()
 
 
 def gather_context(
@@ -81,11 +85,9 @@ def gather_context(
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """K and V of every sequence's cached tokens, ``[seqs, kv_heads, L, head_size]``
     with L the block table's width in tokens (see the module docstring)."""
-    seqs, width = block_table.shape[0], block_table.shape[1]
-    kv_heads, x, page = k_cache.shape[1], k_cache.shape[4], k_cache.shape[3]
-    head_size = k_cache.shape[2] * x
-    length = width * page
-    shape = (seqs, kv_heads, length, head_size)
+    shape = _buffer_shape(k_cache, block_table)
+    seqs, kv_heads, length, head_size = shape
+    x, page = k_cache.shape[4], k_cache.shape[3]
     kg = torch.empty(shape, dtype=k_cache.dtype, device=k_cache.device)
     vg = torch.empty(shape, dtype=v_cache.dtype, device=v_cache.device)
     if seqs == 0 or length == 0:

@@ -180,6 +180,9 @@ def reference_prefix_prefill(
     num_heads, kv_heads = qf.shape[1], kf.shape[1]
     group = num_heads // kv_heads
     out = torch.full(qf.shape, float("nan"), dtype=torch.float64, device=device)
+    slopes = None
+    if alibi_slopes is not None:
+        slopes = alibi_slopes.to(device=device, dtype=torch.float64)
     for s, seq_len in enumerate(lens):
         s0, s1 = starts[s], starts[s + 1]
         new = s1 - s0
@@ -202,8 +205,7 @@ def reference_prefix_prefill(
         for rows_here in mine.split(_rows_per_step(num_heads, seq_len)):
             logits = torch.einsum("qhd,hkd->hqk", qf[rows_here], keys) * scale
             q_pos = (rows_here - s0 + ctx)[:, None]
-            if alibi_slopes is not None:
-                slopes = alibi_slopes.to(device=device, dtype=torch.float64)
+            if slopes is not None:
                 logits = logits + slopes[:, None, None] * (k_pos - q_pos).to(torch.float64)
             visible = k_pos <= q_pos
             if sliding_window and sliding_window > 0:
