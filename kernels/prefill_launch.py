@@ -124,6 +124,16 @@ def pick_config(d_pad: int, elem_bytes: int, fp8_cache: bool = False) -> Prefill
     return DEFAULT_CONFIGS[key]
 
 
+def launch_config(
+    device: torch.device, d_pad: int, elem_bytes: int, fp8_cache: bool = False
+) -> PrefillConfig:
+    """The config a launch without ``config`` runs: :func:`pick_config` after this
+    process has read the tuning tables for ``device`` (benchmarks label rows with it)."""
+    if not _tables_read[0]:
+        _read_tables(device)
+    return pick_config(d_pad, elem_bytes, fp8_cache)
+
+
 def _aligned_run(longest: int, strides: Tuple[int, ...]) -> int:
     """The largest power of two that divides ``longest`` and every stride in ``strides``."""
     run = longest & -longest if longest > 0 else 1
@@ -239,10 +249,8 @@ def prefix_prefill_triton(
     num_seqs = seq_lens.shape[0]
     num_heads, head_size = q.shape[1], q.shape[2]
     d_pad = max(triton.next_power_of_2(head_size), 16)
-    if config is None and not _tables_read[0]:
-        _read_tables(q.device)
     fp8 = k_cache.element_size() == 1
-    cfg = config or pick_config(d_pad, q.element_size(), fp8)
+    cfg = config or launch_config(q.device, d_pad, q.element_size(), fp8)
     if cfg.block_m % cfg.block_n:
         raise ValueError(f"prefill config {tuple(cfg)}: BLOCK_M must be a multiple of BLOCK_N")
     if min(q.stride(2), k.stride(2), v.stride(2), o.stride(2), k_cache.stride(4)) != 1:
