@@ -77,8 +77,8 @@ class FakeTimer:
     device = "cpu"
     cuda = False
 
-    def __init__(self, launch: FakeLaunch, budget: Optional[Budget] = None) -> None:
-        self.launch, self.budget, self.timed = launch, budget, []
+    def __init__(self, launch: FakeLaunch, clock: Optional[FakeClock] = None) -> None:
+        self.launch, self.clock, self.timed = launch, clock, []
 
     def sync(self) -> None:
         pass
@@ -87,9 +87,19 @@ class FakeTimer:
         for fn in fns:
             fn()
         self.timed.append(self.launch.last)
-        if self.budget is not None:
-            self.budget.seconds = 0  # the budget runs out after the first timing
+        if self.clock is not None:
+            self.clock.now += self.clock.per_timing
         return SPEED.get(self.launch.last, 200.0)
+
+
+class FakeClock:
+    """Seconds that pass only when a config is timed."""
+
+    def __init__(self, per_timing: float) -> None:
+        self.now, self.per_timing = 0.0, per_timing
+
+    def __call__(self) -> float:
+        return self.now
 
 
 SHAPE = Shape(4, 2, 64, "float32")
@@ -101,7 +111,7 @@ def _tuner(candidates, monkeypatch, budget=None, default=DEFAULT):
     monkeypatch.setattr(pc, "prefill_candidates", lambda *a: list(candidates))
     monkeypatch.setattr(pc, "CHECK_LENS", ((20, 40), (0, 9), (17, 1)))
     launch = FakeLaunch(default)
-    timer = FakeTimer(launch, budget)
+    timer = FakeTimer(launch, None if budget is None else budget.clock)
     tuner = pc.PrefillConfigTuner(
         launch, prefill_cases, "cpu", timer, budget or Budget(None), Progress(1, enabled=False)
     )
@@ -148,12 +158,38 @@ def test_a_wrong_default_chooses_nothing(monkeypatch):
 
 
 def test_a_spent_budget_keeps_what_was_measured(monkeypatch):
-    budget = Budget(1000.0)
+    budget = Budget(1000.0, FakeClock(per_timing=1000.0))  # spent by the first timing
     tuner, _, _ = _tuner([FAST, NOISE], monkeypatch, budget=budget)
     (entry,) = tuner.run_cases(DEPLOY, POINTS)
     assert [c["config"] for c in entry["candidates"]] == [list(DEFAULT)]
     assert entry["config"] is None
     assert any("not measured" in s for s in tuner.skipped)
+
+
+def test_each_group_gets_its_share_of_the_budget(monkeypatch):
+    """Two head sizes, a budget of three timings and a bit: the first group stops after
+    its half (two timings), so the second still chooses (without shares the first takes
+    three and the second times only its default: an H100 run spent it all on the first
+    group's compiles and left head 256 unmeasured)."""
+    budget = Budget(1000.0, FakeClock(per_timing=300.0))
+    tuner, _, timer = _tuner([FAST, NOISE], monkeypatch, budget=budget)
+    two = Deployment([SHAPE, Shape(4, 2, 128, "float32")], 4096, 8, "test")
+    first, second = tuner.run_cases(two, POINTS)
+    assert [c["config"] for c in first["candidates"]] == [list(DEFAULT), list(FAST)]
+    assert first["config"] == list(FAST)
+    assert [c["config"] for c in second["candidates"]] == [list(DEFAULT), list(FAST)]
+    assert (second["head_size_padded"], second["config"]) == (128, list(FAST))
+    assert len(timer.timed) == 4 and sum("not measured" in s for s in tuner.skipped) == 2
+
+
+def test_a_share_is_of_what_is_left():
+    clock = FakeClock(per_timing=0.0)
+    budget = Budget(100.0, clock)
+    clock.now = 40.0
+    assert budget.share(3).seconds == 20.0 and budget.share(1).seconds == 60.0
+    clock.now = 150.0
+    assert budget.share(2).seconds == 0.0 and budget.share(2).exhausted()
+    assert Budget(None, clock).share(4).seconds is None
 
 
 def test_choose_totals_over_the_points():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Optional, TextIO
+from typing import Callable, Optional, TextIO
 
 
 class BudgetExhausted(Exception):
@@ -12,12 +12,15 @@ class BudgetExhausted(Exception):
 
 
 class Budget:
-    def __init__(self, seconds: Optional[float]) -> None:
+    def __init__(
+        self, seconds: Optional[float], clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.seconds = seconds
-        self.start = time.monotonic()
+        self.clock = clock
+        self.start = clock()
 
     def elapsed(self) -> float:
-        return time.monotonic() - self.start
+        return self.clock() - self.start
 
     def exhausted(self) -> bool:
         return self.seconds is not None and self.elapsed() >= self.seconds
@@ -25,6 +28,15 @@ class Budget:
     def check(self) -> None:
         if self.exhausted():
             raise BudgetExhausted(f"budget of {self.seconds:g} s spent")
+
+    def share(self, parts: int) -> Budget:
+        """A budget for the first of ``parts`` equal pieces of what is left, so one group
+        of measurements cannot spend the time of the groups after it (what a piece leaves
+        unused goes to the pieces after it)."""
+        if self.seconds is None:
+            return Budget(None, self.clock)
+        left = max(0.0, self.seconds - self.elapsed())
+        return Budget(round(left / max(1, parts), 1), self.clock)
 
 
 class Progress:
