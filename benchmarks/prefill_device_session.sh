@@ -10,7 +10,7 @@
 #   cli-tests      -m gpu tests/test_tune_triton.py tests/kernels/test_forward_prefix_fork.py
 #   decode-tests   -m gpu tests/kernels/test_pa_gpu.py (selfcheck runs the prefill cases)
 #   tune           benchmarks/tune_session.sh (the corex-0.8.3 fixture, prefill configs
-#                  included); its file lands in $OUT/tuning-h200.json whatever the device
+#                  included); its file lands in $OUT/tuning.json (ship it as kernels/tuning-<device>.json)
 #   bench          bench_prefix_prefill.py, every case, baselines and the headline
 #                  (BENCH_ARGS adds e.g. --config 128,128,8,3 or --dtype float16)
 # Usage: OUT=/some/dir STEPS="install prefill-tests bench" bash benchmarks/prefill_device_session.sh

@@ -41,7 +41,7 @@ current_platform = _Cuda()
 EOF
 # shellcheck disable=SC2086
 vllm-codemod tune --site-packages "$SITE" $SHAPES --max-num-seqs 1 --max-model-len 131072 \
-    --budget "$BUDGET" --output "$OUT/tuning-h200.json" 2>&1 | tee "$OUT/tune.log"
-vllm-codemod apply --site-packages "$SITE" --tuning "$OUT/tuning-h200.json" 2>&1 | tee -a "$OUT/tune.log"
+    --budget "$BUDGET" --output "$OUT/tuning.json" 2>&1 | tee "$OUT/tune.log"
+vllm-codemod apply --site-packages "$SITE" --tuning "$OUT/tuning.json" 2>&1 | tee -a "$OUT/tune.log"
 vllm-codemod check --site-packages "$SITE" 2>&1 | tee -a "$OUT/tune.log"
 vllm-codemod verify --site-packages "$SITE" 2>&1 | tee -a "$OUT/tune.log"

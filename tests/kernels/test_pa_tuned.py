@@ -22,6 +22,7 @@ from vllm_codemod.kernels import dispatch, tuned, tuning_table, vendor_v1  # noq
 # and a fuller one tune wrote on the same GPU in run v24 (512 to 128K tokens, against the
 # launch defaults of that time): the fixture for the decision logic.
 H200_TABLE = Path(__file__).resolve().parents[2] / "kernels" / "tuning-h200.json"
+H100_TABLE = H200_TABLE.with_name("tuning-h100.json")
 FULL_TABLE = Path(__file__).resolve().parent / "data" / "tuning-h200-v24.json"
 
 
@@ -98,7 +99,7 @@ def test_without_a_table_there_is_no_decision(tmp_path, monkeypatch):
 def test_the_bundled_h200_table_is_the_default_for_that_device_only(tmp_path, monkeypatch):
     """No tree table: the H200 gets the table the project measured; another GPU, or a batch
     or length the table did not measure, keeps the built-in launch tables."""
-    assert tuned.BUNDLED_FILES == (str(H200_TABLE),)
+    assert tuned.BUNDLED_FILES == (str(H100_TABLE), str(H200_TABLE))
     monkeypatch.setattr(tuned, "BUNDLED_FILES", (str(FULL_TABLE),))
     monkeypatch.setattr(tuned, "TABLE_FILE", str(tmp_path / "absent.json"))
     monkeypatch.setattr(tuned, "_capturing", lambda: True)
@@ -113,6 +114,22 @@ def test_the_bundled_h200_table_is_the_default_for_that_device_only(tmp_path, mo
     monkeypatch.setattr(tuned, "_state", {"present": None, "tables": None, "devices": {}})
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda idx=None: "NVIDIA H200")
     assert tuned.decision(batch) is None  # only single sequences were measured
+
+
+def test_the_bundled_prefill_configs_are_the_h100s_alone(tmp_path, monkeypatch):
+    """The H100 table (``tune`` on an H100, session 15) chose (128, 128, 8, 3) for head
+    128 in 16-bit; the H200 table has no prefill entries, and other devices none."""
+    monkeypatch.setattr(tuned, "TABLE_FILE", str(tmp_path / "absent.json"))
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    expected = {
+        "NVIDIA H100 80GB HBM3": {(128, 2): (128, 128, 8, 3)},
+        "NVIDIA H200": {},
+        "Iluvatar BI-V100": {},
+    }
+    for name, configs in expected.items():
+        monkeypatch.setattr(tuned, "_state", {"present": None, "tables": None, "devices": {}})
+        monkeypatch.setattr(torch.cuda, "get_device_name", lambda idx=None, n=name: n)
+        assert tuned.prefill_configs(torch.device("cuda")) == configs
 
 
 def test_a_trees_table_wins_over_the_bundled_one(tmp_path, monkeypatch):
