@@ -12,6 +12,7 @@ such as a rarely taken ``if``, is counted all the same: this is a static count).
         [--keep DIR]   # also write each config's .sass, .ptx and .ttgir there
         [--pack N]     # query heads per program (1: GQA unpacked)
         [--gather]     # the context loop over gathered, contiguous K/V (prefill_gather)
+        [--kv-cache-dtype fp8]  # an fp8 cache (fp8, fp8_e4m3, fp8_e5m2)
 
 Prints, per config: shared memory, registers, local memory (spill) instructions, and per
 loop the instruction count and the most frequent opcodes.  Triton 3.x only.
@@ -51,10 +52,12 @@ def _cpu_buffers(k_cache, v_cache, block_table, *args, **kwargs):
     return torch.empty(shape, dtype=k_cache.dtype), torch.empty(shape, dtype=v_cache.dtype)
 
 
-def compile_config(ctc, config, cc: int, head: int, pack=None, gather=False):
+def compile_config(ctc, config, cc: int, head: int, pack=None, gather=False, kv="auto"):
     """The compiled kernel for one (BLOCK_M, BLOCK_N, warps, stages) config (32/8 heads;
     ``pack`` query heads per program, the launcher's choice when None)."""
-    a = prefill_cases.make_prefill_inputs([(256, 256)], 32, 8, head, 16, torch.bfloat16)
+    a = prefill_cases.make_prefill_inputs(
+        [(256, 256)], 32, 8, head, 16, torch.bfloat16, kv_cache_dtype=kv
+    )
     sink = []
     saved = prefill_launch._prefix_prefill_kernel, prefill_launch.gather_context
     try:
@@ -109,17 +112,19 @@ def main() -> int:
     parser.add_argument("--keep", type=Path)
     parser.add_argument("--pack", type=int, help="query heads per program (default: launcher's)")
     parser.add_argument("--gather", action="store_true", help="the gathered context loop")
+    parser.add_argument("--kv-cache-dtype", default="auto", help="auto, fp8, fp8_e4m3, fp8_e5m2")
     ns = parser.parse_args()
     ctc = _compile_check()
     for text in ns.configs:
         config = tuple(int(x) for x in text.split(","))
-        kernel = compile_config(ctc, config, ns.cc, ns.head, ns.pack, ns.gather)
+        kernel = compile_config(ctc, config, ns.cc, ns.head, ns.pack, ns.gather, ns.kv_cache_dtype)
         sass = cuobjdump(kernel.asm["cubin"], "-sass")
         usage = cuobjdump(kernel.asm["cubin"], "-res-usage")
         regs = re.search(r"REG:(\d+)", usage)
         spills = sum(1 for line in sass.splitlines() if re.search(r"\b(STL|LDL)\b", line))
         print(
-            f"{config} cc {ns.cc} head {ns.head}: shared {kernel.metadata.shared} B, "
+            f"{config} cc {ns.cc} head {ns.head} cache {ns.kv_cache_dtype}: "
+            f"shared {kernel.metadata.shared} B, "
             f"registers {regs.group(1) if regs else '?'}, local memory instructions {spills}"
         )
         for start, count, ops in loops(sass):
