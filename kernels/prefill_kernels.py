@@ -242,36 +242,23 @@ def _paged_context(
     LEGACY: tl.constexpr,
 ):  # fmt: skip
     """Loop A over the paged caches themselves, through the block table."""
-    # Software pipelining by hand: the next tile's K/V are loaded into registers
-    # while this one is folded in, and the page numbers one tile further ahead.
-    # (Triton's pipeliner gives a load whose address comes from another load only
-    # one tile of lead, too little to hide it; with one stage it gives none.)
-    blk = _page_blocks(bt_row, lo, offs_n, ctx_len, PAGE, True)
-    k_cur, v_cur = _context_kv(
-        blk, lo, kc_base, vc_base, k_d, v_d, d_ok, offs_n,
-        stride_kcb, stride_kct, stride_vcb, stride_vct, HEAD_SIZE, D_PAD, PAGE,
-        K_RUN, V_RUN, stride_kcd, X, BLOCK_N, K_3D,
-    )  # fmt: skip
-    blk_next = _page_blocks(bt_row, lo + BLOCK_N, offs_n, ctx_len, PAGE, True)
-    for start_n in range(lo, full_end, BLOCK_N):
-        k_next, v_next = _context_kv(
-            blk_next, start_n + BLOCK_N, kc_base, vc_base, k_d, v_d, d_ok, offs_n,
-            stride_kcb, stride_kct, stride_vcb, stride_vct, HEAD_SIZE, D_PAD, PAGE,
-            K_RUN, V_RUN, stride_kcd, X, BLOCK_N, K_3D,
-        )  # fmt: skip
-        blk_next = _page_blocks(bt_row, start_n + 2 * BLOCK_N, offs_n, ctx_len, PAGE, True)
-        acc, l_i, m_i = _context_fold(
-            acc, l_i, m_i, q, k_cur, v_cur, start_n, ctx_len, q_pos, slope_log2, window,
-            ctx_scale, offs_n, WINDOW, FP8, ALIBI, WINDOW, LEGACY,
-        )  # fmt: skip
-        k_cur = k_next
-        v_cur = v_next
-    if LEGACY:
-        # The partial last tile as a loop of at most one trip that loads its own K/V
-        # (the prefetched ones go unused): behind an ``if``, Triton 2.1's layout pass
-        # never returns on this kernel; with loop-invariant K/V the loop's first dot is
-        # hoisted out of it, its second gets another MMA layout, and 2.1 aborts on the
-        # MMA -> MMA conversion between them (CPU compile checks, docs/kernel-notes.md).
+    if FP8:
+        # fp8 caches: each tile loaded where it is used, no prefetch.  The prefetched
+        # fp8 tile held in registers while the current one is converted to 16 bits
+        # spilled at every config (sm_90 SASS, Triton 3.6: 444 local-memory instructions
+        # at (64, 64, 4, 1), 343 of them in this loop; docs/kernel-notes.md, session 15).
+        for start_n in range(lo, full_end, BLOCK_N):
+            blk = _page_blocks(bt_row, start_n, offs_n, ctx_len, PAGE, False)
+            k_t, v_t = _context_kv(
+                blk, start_n, kc_base, vc_base, k_d, v_d, d_ok, offs_n,
+                stride_kcb, stride_kct, stride_vcb, stride_vct, HEAD_SIZE, D_PAD, PAGE,
+                K_RUN, V_RUN, stride_kcd, X, BLOCK_N, K_3D,
+            )  # fmt: skip
+            acc, l_i, m_i = _context_fold(
+                acc, l_i, m_i, q, k_t, v_t, start_n, ctx_len, q_pos, slope_log2, window,
+                ctx_scale, offs_n, WINDOW, FP8, ALIBI, WINDOW, LEGACY,
+            )  # fmt: skip
+        # the partial last tile (at most one trip; its pages masked as _page_blocks says)
         for tail_n in range(full_end, ctx_len, BLOCK_N):
             blk_t = _page_blocks(bt_row, tail_n, offs_n, ctx_len, PAGE, True)
             k_t, v_t = _context_kv(
@@ -283,11 +270,53 @@ def _paged_context(
                 acc, l_i, m_i, q, k_t, v_t, tail_n, ctx_len, q_pos, slope_log2, window,
                 ctx_scale, offs_n, True, FP8, ALIBI, WINDOW, LEGACY,
             )  # fmt: skip
-    elif full_end < ctx_len:
-        acc, l_i, m_i = _context_fold(
-            acc, l_i, m_i, q, k_cur, v_cur, full_end, ctx_len, q_pos, slope_log2, window,
-            ctx_scale, offs_n, True, FP8, ALIBI, WINDOW, LEGACY,
+    else:
+        # Software pipelining by hand: the next tile's K/V are loaded into registers
+        # while this one is folded in, and the page numbers one tile further ahead.
+        # (Triton's pipeliner gives a load whose address comes from another load only
+        # one tile of lead, too little to hide it; with one stage it gives none.)
+        blk = _page_blocks(bt_row, lo, offs_n, ctx_len, PAGE, True)
+        k_cur, v_cur = _context_kv(
+            blk, lo, kc_base, vc_base, k_d, v_d, d_ok, offs_n,
+            stride_kcb, stride_kct, stride_vcb, stride_vct, HEAD_SIZE, D_PAD, PAGE,
+            K_RUN, V_RUN, stride_kcd, X, BLOCK_N, K_3D,
         )  # fmt: skip
+        blk_next = _page_blocks(bt_row, lo + BLOCK_N, offs_n, ctx_len, PAGE, True)
+        for start_n in range(lo, full_end, BLOCK_N):
+            k_next, v_next = _context_kv(
+                blk_next, start_n + BLOCK_N, kc_base, vc_base, k_d, v_d, d_ok, offs_n,
+                stride_kcb, stride_kct, stride_vcb, stride_vct, HEAD_SIZE, D_PAD, PAGE,
+                K_RUN, V_RUN, stride_kcd, X, BLOCK_N, K_3D,
+            )  # fmt: skip
+            blk_next = _page_blocks(bt_row, start_n + 2 * BLOCK_N, offs_n, ctx_len, PAGE, True)
+            acc, l_i, m_i = _context_fold(
+                acc, l_i, m_i, q, k_cur, v_cur, start_n, ctx_len, q_pos, slope_log2, window,
+                ctx_scale, offs_n, WINDOW, FP8, ALIBI, WINDOW, LEGACY,
+            )  # fmt: skip
+            k_cur = k_next
+            v_cur = v_next
+        if LEGACY:
+            # The partial last tile as a loop of at most one trip that loads its own K/V
+            # (the prefetched ones go unused): behind an ``if``, Triton 2.1's layout pass
+            # never returns on this kernel; with loop-invariant K/V the loop's first dot is
+            # hoisted out of it, its second gets another MMA layout, and 2.1 aborts on the
+            # MMA -> MMA conversion between them (CPU compile checks, docs/kernel-notes.md).
+            for tail_n in range(full_end, ctx_len, BLOCK_N):
+                blk_t = _page_blocks(bt_row, tail_n, offs_n, ctx_len, PAGE, True)
+                k_t, v_t = _context_kv(
+                    blk_t, tail_n, kc_base, vc_base, k_d, v_d, d_ok, offs_n,
+                    stride_kcb, stride_kct, stride_vcb, stride_vct, HEAD_SIZE, D_PAD, PAGE,
+                    K_RUN, V_RUN, stride_kcd, X, BLOCK_N, K_3D,
+                )  # fmt: skip
+                acc, l_i, m_i = _context_fold(
+                    acc, l_i, m_i, q, k_t, v_t, tail_n, ctx_len, q_pos, slope_log2, window,
+                    ctx_scale, offs_n, True, FP8, ALIBI, WINDOW, LEGACY,
+                )  # fmt: skip
+        elif full_end < ctx_len:
+            acc, l_i, m_i = _context_fold(
+                acc, l_i, m_i, q, k_cur, v_cur, full_end, ctx_len, q_pos, slope_log2, window,
+                ctx_scale, offs_n, True, FP8, ALIBI, WINDOW, LEGACY,
+            )  # fmt: skip
     return acc, l_i, m_i
 
 

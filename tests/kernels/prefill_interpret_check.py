@@ -58,6 +58,17 @@ CASES = {
     "group 7 packed": ([(21, 30), (40, 7)], 14, 2, 32, 16, F16, {"pack": 7}, SMALL),
     "group 8 alibi window packed": ([(37, 26), (5, 19)], 8, 1, 32, 16, F16, ALIBI_WINDOW8, SMALL),
     "fp8 packed": ([(40, 20)], 4, 2, 32, 16, BF16, {"kv_cache_dtype": "fp8", "pack": 2}, SMALL),
+    # the fp8 context loop has no prefetch: a window starts it past tile 0; ctx 0 skips it
+    "fp8 window": (
+        [(85, 20), (0, 9)],
+        4,
+        2,
+        32,
+        16,
+        BF16,
+        {"kv_cache_dtype": "fp8", "sliding_window": 30},
+        SMALL,
+    ),
     "default config head 128 packs": ([(150, 140), (0, 33)], 8, 2, 128, 16, BF16, {}, None),
     # the context copied into contiguous buffers first (prefill_gather.py): ragged
     # contexts (0, a partial last page and tile), head 96 and page 32, a window with
