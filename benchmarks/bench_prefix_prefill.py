@@ -50,7 +50,7 @@ from vllm_codemod.kernels.prefill_cases import (
     prefill_error,
     sample_rows,
 )
-from vllm_codemod.kernels.prefill_launch import PrefillConfig, launch_config, prefix_prefill_triton
+from vllm_codemod.kernels.prefill_launch import PrefillConfig, launch_plan, prefix_prefill_triton
 from vllm_codemod.tuning.tree_imports import load_file
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -256,11 +256,9 @@ def bench_case(name: str, peak: float, args, trees) -> Dict[str, Any]:
     seqs, ctx, new, hq, hkv, d = CASES[name]
     a = make(seqs, ctx, new, hq, hkv, d, args)
     work = flops(seqs, ctx, new, hq, d)
-    d_pad = max(1 << (d - 1).bit_length(), 16)
-    default = launch_config(
-        a["q"].device, d_pad, a["q"].element_size(), a["k_cache"].element_size() == 1
-    )
-    print(f"{name}: {work / 1e12:.2f} TFLOP, default config {tuple(default)}", flush=True)
+    default, gathered = launch_plan(a["q"], a["k_cache"], a["block_table"])
+    how = "gathered" if gathered else "paged"
+    print(f"{name}: {work / 1e12:.2f} TFLOP, default config {tuple(default)} {how}", flush=True)
     rows = []
     gathers = [False, True] if args.gather else [None]  # None: the launcher's choice
     variants = [

@@ -112,7 +112,8 @@ def pick_config(d_pad: int, elem_bytes: int, fp8_cache: bool = False) -> Prefill
     caches, and an fp8 cache's conversion needs shared memory beyond the estimate that
     admitted the config (on sm_80 the 48 KB head-128 default needs 68 KB with fp8
     caches), so a config that fits a device's limit with 16-bit caches may not with fp8
-    ones."""
+    ones.  (A launch that gathers an fp8 context converts it first, and then takes the
+    tuned config: ``_plan``.)"""
     tuned = None if fp8_cache else _tuned.get((d_pad, elem_bytes))
     if tuned is not None:
         return tuned
@@ -215,6 +216,47 @@ def wants_gather(config: PrefillConfig, buffer_bytes: int) -> bool:
     return config.num_stages >= 2 and 0 < buffer_bytes <= gather_limit()
 
 
+def _plan(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    d_pad: int,
+    config: Optional[PrefillConfig],
+    gather: Optional[bool],
+) -> Tuple[PrefillConfig, bool, bool, Optional[torch.dtype]]:
+    """(config, gather, whether an fp8 cache took the tuned config, the gathered buffers'
+    dtype): ``config`` and ``gather`` where given, else the tuned or built-in config and
+    :func:`wants_gather`.
+
+    An fp8 context is gathered in the queries' dtype (``prefill_gather``), so a gathered
+    launch over an fp8 cache runs the 16-bit tiles a tuned config was measured on: it
+    takes the tuned config where that one gathers; otherwise its own default.
+    """
+    fp8 = k_cache.element_size() == 1
+    gather_dtype = q.dtype if fp8 else None
+    buffer_bytes = gathered_bytes(k_cache, block_table, gather_dtype)
+    if config is None:
+        if not _tables_read[0]:
+            _read_tables(q.device)
+        tuned = _tuned.get((d_pad, q.element_size())) if fp8 and gather is not False else None
+        if tuned is not None and wants_gather(tuned, buffer_bytes):
+            return tuned, True, True, gather_dtype
+        config = pick_config(d_pad, q.element_size(), fp8)
+    if gather is None:
+        gather = wants_gather(config, buffer_bytes)
+    return config, gather, False, gather_dtype
+
+
+def launch_plan(
+    q: torch.Tensor, k_cache: torch.Tensor, block_table: torch.Tensor
+) -> Tuple[PrefillConfig, bool]:
+    """The config a launch without ``config`` runs and whether it gathers its context
+    (before any out-of-memory fallback); benchmarks label their rows with it."""
+    d_pad = max(triton.next_power_of_2(q.shape[2]), 16)
+    cfg, gather, _, _ = _plan(q, k_cache, block_table, d_pad, None, None)
+    return cfg, gather
+
+
 def prefix_prefill_triton(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -249,12 +291,26 @@ def prefix_prefill_triton(
     num_seqs = seq_lens.shape[0]
     num_heads, head_size = q.shape[1], q.shape[2]
     d_pad = max(triton.next_power_of_2(head_size), 16)
+    cfg, gather, fp8_tuned, gather_dtype = _plan(q, k_cache, block_table, d_pad, config, gather)
     fp8 = k_cache.element_size() == 1
-    cfg = config or launch_config(q.device, d_pad, q.element_size(), fp8)
     if cfg.block_m % cfg.block_n:
         raise ValueError(f"prefill config {tuple(cfg)}: BLOCK_M must be a multiple of BLOCK_N")
     if min(q.stride(2), k.stride(2), v.stride(2), o.stride(2), k_cache.stride(4)) != 1:
         raise ValueError("prefill: head dimension of q/k/v/o and x of k_cache must be contiguous")
+    if max_query_len <= 0 or num_seqs == 0:
+        return
+    kg, vg, g_strides = k_cache, v_cache, (0, 0, 0)
+    if gather:
+        try:
+            kg, vg = gather_context(
+                k_cache, v_cache, block_table, query_start, seq_lens, dtype=gather_dtype
+            )
+            g_strides = (kg.stride(0), kg.stride(1), kg.stride(2))
+        except torch.cuda.OutOfMemoryError:  # the paged loop needs no buffers
+            gather = False
+            if fp8_tuned:  # over the fp8 cache itself: its own default (shared memory)
+                cfg = pick_config(d_pad, q.element_size(), True)
+            log.info("vllm-codemod: no memory for the gathered prefill context; paged loop")
     group = num_heads // k.shape[1]
     if pack is not None:
         heads_per_program = pack
@@ -266,21 +322,9 @@ def prefix_prefill_triton(
         raise ValueError(f"prefill: pack {heads_per_program} must divide {group} and fit BLOCK_M")
     queries = cfg.block_m // heads_per_program
     num_m_tiles = triton.cdiv(max_query_len, queries)
-    if num_m_tiles == 0 or num_seqs == 0:
-        return
     window = sliding_window if sliding_window and sliding_window > 0 else 0
     k_run, v_run = paged_runs(k_cache, v_cache, cfg.block_n)
     grid = (num_m_tiles, num_seqs, num_heads // heads_per_program)
-    if gather is None:
-        gather = wants_gather(cfg, gathered_bytes(k_cache, block_table))
-    kg, vg, g_strides = k_cache, v_cache, (0, 0, 0)
-    if gather:
-        try:
-            kg, vg = gather_context(k_cache, v_cache, block_table, query_start, seq_lens)
-            g_strides = (kg.stride(0), kg.stride(1), kg.stride(2))
-        except torch.cuda.OutOfMemoryError:  # the paged loop needs no buffers
-            gather = False
-            log.info("vllm-codemod: no memory for the gathered prefill context; paged loop")
     _prefix_prefill_kernel[grid](
         q, k, v, o, k_cache, v_cache, block_table, query_start, seq_lens,
         alibi_slopes if alibi_slopes is not None else q,
@@ -312,6 +356,8 @@ __all__ = [
     "PrefillConfig",
     "gather_limit",
     "gqa_pack",
+    "launch_config",
+    "launch_plan",
     "paged_runs",
     "pick_config",
     "prefix_prefill_triton",

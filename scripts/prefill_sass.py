@@ -49,7 +49,11 @@ def _cpu_buffers(k_cache, v_cache, block_table, *args, **kwargs):
     """gather_context's buffers, unfilled (its own kernel would need a GPU to run)."""
     seqs, tokens = block_table.shape[0], block_table.shape[1] * k_cache.shape[3]
     shape = (seqs, k_cache.shape[1], tokens, k_cache.shape[2] * k_cache.shape[4])
-    return torch.empty(shape, dtype=k_cache.dtype), torch.empty(shape, dtype=v_cache.dtype)
+    dtype = kwargs.get("dtype")
+    return (
+        torch.empty(shape, dtype=dtype or k_cache.dtype),
+        torch.empty(shape, dtype=dtype or v_cache.dtype),
+    )
 
 
 def compile_config(ctc, config, cc: int, head: int, pack=None, gather=False, kv="auto"):

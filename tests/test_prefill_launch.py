@@ -170,3 +170,71 @@ def test_no_memory_for_the_buffers_falls_back_to_the_paged_loop(monkeypatch):
 
     kwargs, k_arg, _, a = _launch(monkeypatch, (64, 32, 4, 2), copy=out_of_memory)
     assert not kwargs["GATHERED"] and k_arg is a["k_cache"]
+
+
+def test_gathered_bytes_in_the_dtype_asked_for():
+    from vllm_codemod.kernels.prefill_gather import gathered_bytes
+
+    k, _ = caches(blocks=4, heads=2, head=64, page=16, x=16)
+    k = k.to(torch.uint8)  # an fp8 cache's raw bytes
+    table = torch.zeros(3, 5, dtype=torch.int32)
+    assert gathered_bytes(k, table) == 2 * 3 * 2 * (5 * 16) * 64
+    assert gathered_bytes(k, table, torch.bfloat16) == 2 * 3 * 2 * (5 * 16) * 64 * 2
+
+
+TUNED_128 = launch.PrefillConfig(128, 128, 8, 2)
+
+
+def _fp8_launch(monkeypatch, limit, copy, gather=None):
+    """A head-128 launch over an fp8 cache with no config given, a tuning table holding
+    TUNED_128 for 16-bit head 128, and ``copy`` standing in for gather_context."""
+    from vllm_codemod.kernels.prefill_cases import launch_arguments, make_prefill_inputs
+
+    kernel = _Recorder()
+    monkeypatch.setattr(launch, "_prefix_prefill_kernel", kernel)
+    monkeypatch.setattr(launch, "gather_context", copy)
+    monkeypatch.setattr(launch, "_gather_limit", [limit])
+    monkeypatch.setattr(launch, "_tuned", {(128, 2): TUNED_128})
+    monkeypatch.setattr(launch, "_tables_read", [True])
+    a = make_prefill_inputs([(40, 20)], 4, 2, 128, 16, torch.float16, kv_cache_dtype="fp8")
+    args = launch_arguments(a)
+    assert launch.launch_plan(args["q"], args["k_cache"], args["block_table"]) == (
+        (TUNED_128, True) if limit else (launch.FP8_CACHE_CONFIGS[128], False)
+    )
+    launch.prefix_prefill_triton(**args, gather=gather)
+    ((_, kwargs),) = kernel.calls
+    config = (kwargs["BLOCK_M"], kwargs["BLOCK_N"], kwargs["num_warps"], kwargs["num_stages"])
+    assert kwargs["FP8"]
+    return kwargs, config
+
+
+def test_an_fp8_context_is_gathered_in_the_query_dtype_at_the_tuned_config(monkeypatch):
+    """Converted once by the copy, the context loop reads the 16-bit tiles the tuned
+    config was measured on."""
+    asked = []
+
+    def copy(k_cache, v_cache, block_table, query_start, seq_lens, dtype=None):
+        asked.append(dtype)
+        shape = (1, 2, block_table.shape[1] * 16, 128)
+        return torch.zeros(shape, dtype=dtype), torch.zeros(shape, dtype=dtype)
+
+    kwargs, config = _fp8_launch(monkeypatch, 1 << 30, copy)
+    assert kwargs["GATHERED"] and config == tuple(TUNED_128) and asked == [torch.float16]
+
+
+def test_an_fp8_cache_read_in_place_keeps_its_own_default(monkeypatch):
+    """No gather (limit 0, gather=False, or no memory for the buffers): the paged loop
+    over fp8 tiles, at the fp8 default that fits 48 KB with their conversion."""
+
+    def never(*args, **kwargs):
+        raise AssertionError("gathered although not wanted")
+
+    def out_of_memory(*args, **kwargs):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory")
+
+    fp8_default = tuple(launch.FP8_CACHE_CONFIGS[128])
+    for limit, copy, gather in ((0, never, None), (1 << 30, never, False)):
+        kwargs, config = _fp8_launch(monkeypatch, limit, copy, gather)
+        assert not kwargs["GATHERED"] and config == fp8_default
+    kwargs, config = _fp8_launch(monkeypatch, 1 << 30, out_of_memory)
+    assert not kwargs["GATHERED"] and config == fp8_default
