@@ -232,6 +232,30 @@ def _context_fold(
 
 
 @triton.jit
+def _paged_tile(
+    acc, l_i, m_i, q, start_n, q_pos, slope_log2, window, ctx_scale, ctx_len,
+    bt_row, kc_base, vc_base, k_d, v_d, d_ok, offs_n,
+    stride_kcb, stride_kct, stride_vcb, stride_vct, stride_kcd,
+    HEAD_SIZE: tl.constexpr, D_PAD: tl.constexpr, PAGE: tl.constexpr,
+    K_RUN: tl.constexpr, V_RUN: tl.constexpr, X: tl.constexpr, BLOCK_N: tl.constexpr,
+    K_3D: tl.constexpr, FP8: tl.constexpr, ALIBI: tl.constexpr, WINDOW: tl.constexpr,
+    LEGACY: tl.constexpr, TAIL: tl.constexpr, MASK: tl.constexpr,
+):  # fmt: skip
+    """One tile of cached keys at ``start_n``, loaded where it is used and folded in: its
+    pages (masked on the ``TAIL``), its K/V, the scores (masked with ``MASK``)."""
+    blk = _page_blocks(bt_row, start_n, offs_n, ctx_len, PAGE, TAIL)
+    k, v = _context_kv(
+        blk, start_n, kc_base, vc_base, k_d, v_d, d_ok, offs_n,
+        stride_kcb, stride_kct, stride_vcb, stride_vct, HEAD_SIZE, D_PAD, PAGE,
+        K_RUN, V_RUN, stride_kcd, X, BLOCK_N, K_3D,
+    )  # fmt: skip
+    return _context_fold(
+        acc, l_i, m_i, q, k, v, start_n, ctx_len, q_pos, slope_log2, window, ctx_scale,
+        offs_n, MASK, FP8, ALIBI, WINDOW, LEGACY,
+    )  # fmt: skip
+
+
+@triton.jit
 def _paged_context(
     acc, l_i, m_i, q, q_pos, slope_log2, window, ctx_scale, ctx_len, lo, full_end,
     bt_row, kc_base, vc_base, k_d, v_d, d_ok, offs_n,
@@ -248,27 +272,12 @@ def _paged_context(
         # spilled at every config (sm_90 SASS, Triton 3.6: 444 local-memory instructions
         # at (64, 64, 4, 1), 343 of them in this loop; docs/kernel-notes.md, session 15).
         for start_n in range(lo, full_end, BLOCK_N):
-            blk = _page_blocks(bt_row, start_n, offs_n, ctx_len, PAGE, False)
-            k_t, v_t = _context_kv(
-                blk, start_n, kc_base, vc_base, k_d, v_d, d_ok, offs_n,
-                stride_kcb, stride_kct, stride_vcb, stride_vct, HEAD_SIZE, D_PAD, PAGE,
-                K_RUN, V_RUN, stride_kcd, X, BLOCK_N, K_3D,
-            )  # fmt: skip
-            acc, l_i, m_i = _context_fold(
-                acc, l_i, m_i, q, k_t, v_t, start_n, ctx_len, q_pos, slope_log2, window,
-                ctx_scale, offs_n, WINDOW, FP8, ALIBI, WINDOW, LEGACY,
-            )  # fmt: skip
-        # the partial last tile (at most one trip; its pages masked as _page_blocks says)
-        for tail_n in range(full_end, ctx_len, BLOCK_N):
-            blk_t = _page_blocks(bt_row, tail_n, offs_n, ctx_len, PAGE, True)
-            k_t, v_t = _context_kv(
-                blk_t, tail_n, kc_base, vc_base, k_d, v_d, d_ok, offs_n,
-                stride_kcb, stride_kct, stride_vcb, stride_vct, HEAD_SIZE, D_PAD, PAGE,
-                K_RUN, V_RUN, stride_kcd, X, BLOCK_N, K_3D,
-            )  # fmt: skip
-            acc, l_i, m_i = _context_fold(
-                acc, l_i, m_i, q, k_t, v_t, tail_n, ctx_len, q_pos, slope_log2, window,
-                ctx_scale, offs_n, True, FP8, ALIBI, WINDOW, LEGACY,
+            acc, l_i, m_i = _paged_tile(
+                acc, l_i, m_i, q, start_n, q_pos, slope_log2, window, ctx_scale, ctx_len,
+                bt_row, kc_base, vc_base, k_d, v_d, d_ok, offs_n,
+                stride_kcb, stride_kct, stride_vcb, stride_vct, stride_kcd,
+                HEAD_SIZE, D_PAD, PAGE, K_RUN, V_RUN, X, BLOCK_N, K_3D, FP8, ALIBI, WINDOW,
+                LEGACY, False, WINDOW,
             )  # fmt: skip
     else:
         # Software pipelining by hand: the next tile's K/V are loaded into registers
@@ -295,27 +304,25 @@ def _paged_context(
             )  # fmt: skip
             k_cur = k_next
             v_cur = v_next
-        if LEGACY:
-            # The partial last tile as a loop of at most one trip that loads its own K/V
-            # (the prefetched ones go unused): behind an ``if``, Triton 2.1's layout pass
-            # never returns on this kernel; with loop-invariant K/V the loop's first dot is
-            # hoisted out of it, its second gets another MMA layout, and 2.1 aborts on the
-            # MMA -> MMA conversion between them (CPU compile checks, docs/kernel-notes.md).
-            for tail_n in range(full_end, ctx_len, BLOCK_N):
-                blk_t = _page_blocks(bt_row, tail_n, offs_n, ctx_len, PAGE, True)
-                k_t, v_t = _context_kv(
-                    blk_t, tail_n, kc_base, vc_base, k_d, v_d, d_ok, offs_n,
-                    stride_kcb, stride_kct, stride_vcb, stride_vct, HEAD_SIZE, D_PAD, PAGE,
-                    K_RUN, V_RUN, stride_kcd, X, BLOCK_N, K_3D,
-                )  # fmt: skip
+        if not LEGACY:
+            if full_end < ctx_len:  # the partial last tile, prefetched above
                 acc, l_i, m_i = _context_fold(
-                    acc, l_i, m_i, q, k_t, v_t, tail_n, ctx_len, q_pos, slope_log2, window,
-                    ctx_scale, offs_n, True, FP8, ALIBI, WINDOW, LEGACY,
+                    acc, l_i, m_i, q, k_cur, v_cur, full_end, ctx_len, q_pos, slope_log2,
+                    window, ctx_scale, offs_n, True, FP8, ALIBI, WINDOW, LEGACY,
                 )  # fmt: skip
-        elif full_end < ctx_len:
-            acc, l_i, m_i = _context_fold(
-                acc, l_i, m_i, q, k_cur, v_cur, full_end, ctx_len, q_pos, slope_log2, window,
-                ctx_scale, offs_n, True, FP8, ALIBI, WINDOW, LEGACY,
+    if FP8 or LEGACY:
+        # The partial last tile as a loop of at most one trip that loads its own K/V (with
+        # LEGACY the prefetched ones go unused): behind an ``if``, Triton 2.1's layout pass
+        # never returns on this kernel; with loop-invariant K/V the loop's first dot is
+        # hoisted out of it, its second gets another MMA layout, and 2.1 aborts on the
+        # MMA -> MMA conversion between them (CPU compile checks, docs/kernel-notes.md).
+        for tail_n in range(full_end, ctx_len, BLOCK_N):
+            acc, l_i, m_i = _paged_tile(
+                acc, l_i, m_i, q, tail_n, q_pos, slope_log2, window, ctx_scale, ctx_len,
+                bt_row, kc_base, vc_base, k_d, v_d, d_ok, offs_n,
+                stride_kcb, stride_kct, stride_vcb, stride_vct, stride_kcd,
+                HEAD_SIZE, D_PAD, PAGE, K_RUN, V_RUN, X, BLOCK_N, K_3D, FP8, ALIBI, WINDOW,
+                LEGACY, True, True,
             )  # fmt: skip
     return acc, l_i, m_i
 

@@ -94,6 +94,30 @@ def test_long_cases_on_a_row_sample(name, loop):
     assert err <= 2e-2, err
 
 
+def test_an_fp8_cache_under_a_tuned_config_is_gathered_in_16_bits():
+    """With a tuning table's config installed, a launch over an fp8 cache copies its
+    context to the queries' dtype and runs that config (``prefill_launch._plan``)."""
+    from vllm_codemod.kernels import prefill_launch
+
+    a = make_prefill_inputs(
+        [(4096, 2048), (700, 300)], 32, 8, 128, 16, BF16, device="cuda", seed=5,
+        kv_cache_dtype="fp8",
+    )  # fmt: skip
+    args = launch_arguments(a)
+    tuned = PrefillConfig(128, 64, 8, 2)
+    prefill_launch.set_prefill_configs({(128, 2): tuple(tuned)})
+    try:
+        plan = prefill_launch.launch_plan(args["q"], args["k_cache"], args["block_table"])
+        assert plan == (tuned, True)
+        prefix_prefill_triton(**args)
+        torch.cuda.synchronize()
+    finally:
+        prefill_launch.reset_prefill_configs()
+    assert not torch.isnan(a["o"]).any()
+    err = prefill_error(a, a["o"], rows=sample_rows(a), device=torch.device("cuda"))
+    assert err <= 2e-2, err
+
+
 #: One self-check case through the launcher, in a fresh process; exits 1 when it is off.
 SELFCHECK_CASE = """
 import sys, torch
