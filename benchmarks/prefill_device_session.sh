@@ -13,11 +13,15 @@
 #                  included); its file lands in $OUT/tuning.json (ship it as kernels/tuning-<device>.json)
 #   bench          bench_prefix_prefill.py, every case, baselines and the headline
 #                  (BENCH_ARGS adds e.g. --config 128,128,8,3 or --dtype float16)
+#   fp8            the quick cases over bf16 and fp8 caches, at the default and at
+#                  (128,128,8,3), in one call each (session 15's fp8 loop, untimed)
+#   short          1 sequence at 1K-8K contexts, (128,128,8,3) paged and gathered: where
+#                  gathering stops paying (session 15's tune: 207 against 72 us at 1K+512)
 # Usage: OUT=/some/dir STEPS="install prefill-tests bench" bash benchmarks/prefill_device_session.sh
 set -u
 export PYTHONUNBUFFERED=1
 OUT=${OUT:?set OUT to the folder for logs}
-STEPS=" ${STEPS:-install prefill-tests cli-tests decode-tests tune bench} "
+STEPS=" ${STEPS:-install prefill-tests cli-tests decode-tests tune bench fp8 short} "
 status=0
 step() {  # step NAME LIMIT_S COMMAND...
   local name=$1 limit=$2
@@ -49,4 +53,13 @@ step decode-tests 270 python3 -m pytest -q -rs -p no:cacheprovider -m gpu tests/
 step tune 300 env OUT="$OUT" BUDGET="${BUDGET:-200}" bash benchmarks/tune_session.sh
 # shellcheck disable=SC2086
 step bench 420 python3 benchmarks/bench_prefix_prefill.py --json "$OUT/prefill.json" ${BENCH_ARGS:-}
+for kv in auto fp8; do
+  # shellcheck disable=SC2086
+  step fp8 120 python3 benchmarks/bench_prefix_prefill.py --quick --no-baselines --no-headline \
+    --kv-cache-dtype $kv --config 128,128,8,3 --json "$OUT/fp8-$kv.json"
+  cp "$OUT/fp8.log" "$OUT/fp8-$kv.log" 2>/dev/null
+done
+step short 180 python3 benchmarks/bench_prefix_prefill.py --no-baselines --no-headline --gather \
+  --config 128,128,8,3 --case 1,1024,512,32,8,128 --case 1,2048,1024,32,8,128 \
+  --case 1,4096,1024,32,8,128 --case 1,8192,2048,32,8,128 --json "$OUT/short.json"
 exit $status
