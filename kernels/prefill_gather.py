@@ -79,7 +79,10 @@ def gathered_bytes(
 ) -> int:
     """Bytes the two buffers of :func:`gather_context` take (in ``dtype``, by default the
     cache's)."""
-    elem = torch.empty(0, dtype=k_cache.dtype if dtype is None else dtype).element_size()
+    if dtype is None:
+        elem = k_cache.element_size()
+    else:  # torch.dtype.itemsize where this torch has it: no allocation per launch
+        elem = getattr(dtype, "itemsize", None) or torch.empty(0, dtype=dtype).element_size()
     return 2 * math.prod(_buffer_shape(k_cache, block_table)) * elem
 
 

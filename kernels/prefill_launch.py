@@ -125,16 +125,6 @@ def pick_config(d_pad: int, elem_bytes: int, fp8_cache: bool = False) -> Prefill
     return DEFAULT_CONFIGS[key]
 
 
-def launch_config(
-    device: torch.device, d_pad: int, elem_bytes: int, fp8_cache: bool = False
-) -> PrefillConfig:
-    """The config a launch without ``config`` runs: :func:`pick_config` after this
-    process has read the tuning tables for ``device`` (benchmarks label rows with it)."""
-    if not _tables_read[0]:
-        _read_tables(device)
-    return pick_config(d_pad, elem_bytes, fp8_cache)
-
-
 def _aligned_run(longest: int, strides: Tuple[int, ...]) -> int:
     """The largest power of two that divides ``longest`` and every stride in ``strides``."""
     run = longest & -longest if longest > 0 else 1
@@ -356,7 +346,6 @@ __all__ = [
     "PrefillConfig",
     "gather_limit",
     "gqa_pack",
-    "launch_config",
     "launch_plan",
     "paged_runs",
     "pick_config",
