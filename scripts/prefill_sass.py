@@ -33,7 +33,7 @@ os.environ.pop("TRITON_INTERPRET", None)  # real compiles
 import torch  # noqa: E402
 import triton  # noqa: E402
 
-from vllm_codemod.kernels import prefill_cases, prefill_launch  # noqa: E402
+from vllm_codemod.kernels import prefill_cases, prefill_gather, prefill_launch  # noqa: E402
 from vllm_codemod.tuning.tree_imports import load_file  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -45,17 +45,6 @@ def _compile_check():
     return load_file("check_triton_compile", HERE / "check_triton_compile.py", keep=False)
 
 
-def _cpu_buffers(k_cache, v_cache, block_table, *args, **kwargs):
-    """gather_context's buffers, unfilled (its own kernel would need a GPU to run)."""
-    seqs, tokens = block_table.shape[0], block_table.shape[1] * k_cache.shape[3]
-    shape = (seqs, k_cache.shape[1], tokens, k_cache.shape[2] * k_cache.shape[4])
-    dtype = kwargs.get("dtype")
-    return (
-        torch.empty(shape, dtype=dtype or k_cache.dtype),
-        torch.empty(shape, dtype=dtype or v_cache.dtype),
-    )
-
-
 def compile_config(ctc, config, cc: int, head: int, pack=None, gather=False, kv="auto"):
     """The compiled kernel for one (BLOCK_M, BLOCK_N, warps, stages) config (32/8 heads;
     ``pack`` query heads per program, the launcher's choice when None)."""
@@ -63,10 +52,12 @@ def compile_config(ctc, config, cc: int, head: int, pack=None, gather=False, kv=
         [(256, 256)], 32, 8, head, 16, torch.bfloat16, kv_cache_dtype=kv
     )
     sink = []
-    saved = prefill_launch._prefix_prefill_kernel, prefill_launch.gather_context
+    saved = prefill_launch._prefix_prefill_kernel, prefill_gather._gather_context_kernel
     try:
         prefill_launch._prefix_prefill_kernel = ctc._Recorder("prefill", sink)
-        prefill_launch.gather_context = _cpu_buffers
+        # the launcher's own gather_context makes the buffers (on the CPU); its copy
+        # kernel, which would need a GPU, is recorded and left out
+        prefill_gather._gather_context_kernel = ctc._Recorder("prefill_gather", [])
         prefill_launch.prefix_prefill_triton(
             **prefill_cases.launch_arguments(a),
             config=prefill_launch.PrefillConfig(*config),
@@ -74,7 +65,7 @@ def compile_config(ctc, config, cc: int, head: int, pack=None, gather=False, kv=
             gather=gather,
         )
     finally:
-        prefill_launch._prefix_prefill_kernel, prefill_launch.gather_context = saved
+        prefill_launch._prefix_prefill_kernel, prefill_gather._gather_context_kernel = saved
     name, args, kwargs = sink[0]
     fn = ctc.KERNELS[name]
     args, opts = ctc.full_args(fn, args, kwargs)
