@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
-from bench_common import bench  # this directory: run as `python benchmarks/...`
+from bench_common import bench, host_us  # this directory: run as `python benchmarks/...`
 
 from vllm_codemod.kernels.prefill_cases import (
     launch_arguments,
@@ -61,6 +61,8 @@ TREE_FILES = {
 }
 PAGE = 16
 TOLERANCE = 2e-2
+#: Back-to-back calls of one ``--host`` measurement (after 50 warm-up calls).
+HOST_CALLS = 300
 
 # name: (seqs, ctx, new, q heads, kv heads, head size)
 CASES: Dict[str, Tuple[int, int, int, int, int, int]] = {
@@ -213,6 +215,7 @@ def flex(a: Dict[str, Any]) -> Optional[Callable[[], None]]:
 def row_of(
     name: str, a: Dict[str, Any], fn: Callable[[], None], work: float, peak: float,
     out_of: Optional[Callable[[], torch.Tensor]] = None, no_time: bool = False,
+    host: bool = False,
 ) -> Dict[str, Any]:  # fmt: skip
     a["o"].fill_(float("nan"))
     fn()
@@ -228,9 +231,13 @@ def row_of(
         return row
     ms = bench(fn, warmup=100, rep=1500)
     row.update(ms=ms, tflops=work / ms / 1e9, pct=100 * work / ms / 1e9 / peak)
+    extra = ""
+    if host:  # the launcher's own cost, apart from the GPU's: does the GPU wait on it?
+        row["host_us"], row["wall_us"] = host_us(fn, HOST_CALLS)
+        extra = f"  host {row['host_us']:.1f} us/call (wall {row['wall_us']:.1f})"
     print(
         f"    {name:<22} {ms:9.3f} ms {row['tflops']:7.1f} TFLOP/s {row['pct']:5.1f}%"
-        f"  err {err:.1e}",
+        f"  err {err:.1e}{extra}",
         flush=True,
     )
     return row
@@ -269,7 +276,7 @@ def bench_case(name: str, peak: float, args, trees) -> Dict[str, Any]:
         label += {None: "", False: " paged", True: " gathered"}[gather]
         try:
             fn = ours(a, cfg, pack, gather)
-            rows.append(row_of(label, a, fn, work, peak, no_time=args.no_time))
+            rows.append(row_of(label, a, fn, work, peak, no_time=args.no_time, host=args.host))
         except Exception as exc:  # a config this device cannot compile (shared memory)
             print(f"    {label}: failed ({type(exc).__name__}: {str(exc)[:80]})")
             rows.append({"impl": label, "error": str(exc)[:200]})
@@ -352,6 +359,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--case", action="append", default=[], type=parse_case)
     parser.add_argument("--sorted-pages", action="store_true")
     parser.add_argument("--no-time", action="store_true", help="check and run once (ncu)")
+    parser.add_argument(
+        "--host", action="store_true",
+        help=f"also time ours on the host: {HOST_CALLS} back-to-back calls, us per enqueue",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     for shape in args.case:
         CASES[case_name(*shape)] = shape

@@ -60,6 +60,6 @@ for kv in auto fp8; do
   cp "$OUT/fp8.log" "$OUT/fp8-$kv.log" 2>/dev/null
 done
 step short 180 python3 benchmarks/bench_prefix_prefill.py --no-baselines --no-headline --gather \
-  --config 128,128,8,3 --case 1,1024,512,32,8,128 --case 1,2048,1024,32,8,128 \
-  --case 1,4096,1024,32,8,128 --case 1,8192,2048,32,8,128 --json "$OUT/short.json"
+  --config 128,128,8,3 --only "8x(1K+512) 32/8/128" --case 1,1024,512,32,8,128 --case 1,2048,1024,32,8,128 \
+  --case 1,4096,1024,32,8,128 --case 1,8192,2048,32,8,128 --host --json "$OUT/short.json"
 exit $status
