@@ -50,7 +50,7 @@ step prefill-tests 200 python3 -m pytest -q -p no:cacheprovider tests/kernels/te
 step cli-tests 240 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_tune_triton.py \
   tests/kernels/test_forward_prefix_fork.py
 step decode-tests 270 python3 -m pytest -q -rs -p no:cacheprovider -m gpu tests/kernels/test_pa_gpu.py
-step tune 300 env OUT="$OUT" BUDGET="${BUDGET:-200}" bash benchmarks/tune_session.sh
+step tune $(( ${BUDGET:-200} + 100 )) env OUT="$OUT" BUDGET="${BUDGET:-200}" bash benchmarks/tune_session.sh
 # shellcheck disable=SC2086
 step bench 420 python3 benchmarks/bench_prefix_prefill.py --json "$OUT/prefill.json" ${BENCH_ARGS:-}
 for kv in auto fp8; do
