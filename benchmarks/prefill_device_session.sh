@@ -13,8 +13,9 @@
 #                  included); its file lands in $OUT/tuning.json (ship it as kernels/tuning-<device>.json)
 #   bench          bench_prefix_prefill.py, every case, baselines and the headline
 #                  (BENCH_ARGS adds e.g. --config 128,128,8,3 or --dtype float16)
-#   fp8            the quick cases over bf16 and fp8 caches, at the default and at
-#                  (128,128,8,3), in one call each (session 15's fp8 loop, untimed)
+#   fp8            the quick cases over bf16 and fp8 caches, at the default, (128,32,4,1)
+#                  and (128,128,8,3), each paged and gathered (session 15's fp8 loop,
+#                  untimed; does an fp8 cache gathered to 16 bits run at bf16's speed?)
 #   short          1 sequence at 1K-8K contexts, (128,128,8,3) paged and gathered: where
 #                  gathering stops paying (session 15's tune: 207 against 72 us at 1K+512)
 # Usage: OUT=/some/dir STEPS="install prefill-tests bench" bash benchmarks/prefill_device_session.sh
@@ -55,8 +56,8 @@ step tune $(( ${BUDGET:-200} + 100 )) env OUT="$OUT" BUDGET="${BUDGET:-200}" bas
 step bench 420 python3 benchmarks/bench_prefix_prefill.py --json "$OUT/prefill.json" ${BENCH_ARGS:-}
 for kv in auto fp8; do
   # shellcheck disable=SC2086
-  step fp8 120 python3 benchmarks/bench_prefix_prefill.py --quick --no-baselines --no-headline \
-    --kv-cache-dtype $kv --config 128,128,8,3 --json "$OUT/fp8-$kv.json"
+  step fp8 200 python3 benchmarks/bench_prefix_prefill.py --quick --no-baselines --no-headline \
+    --kv-cache-dtype $kv --gather --config 128,32,4,1 --config 128,128,8,3 --json "$OUT/fp8-$kv.json"
   cp "$OUT/fp8.log" "$OUT/fp8-$kv.log" 2>/dev/null
 done
 step short 180 python3 benchmarks/bench_prefix_prefill.py --no-baselines --no-headline --gather \
