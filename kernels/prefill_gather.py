@@ -105,13 +105,12 @@ def gather_context(
     vg = torch.empty(shape, dtype=dtype or v_cache.dtype, device=v_cache.device)
     if seqs == 0 or length == 0:
         return kg, vg
-    d_pad = max(triton.next_power_of_2(head_size), 16)
-    grid = (triton.cdiv(length, tokens), seqs, kv_heads)
+    d_pad = max(1 << (head_size - 1).bit_length(), 16)
+    grid = (-(-length // tokens), seqs, kv_heads)
     _gather_context_kernel[grid](
         k_cache, v_cache, block_table, query_start, seq_lens, kg, vg,
-        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), k_cache.stride(3),
-        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), v_cache.stride(3),
-        block_table.stride(0), kg.stride(0), kg.stride(1), kg.stride(2),
+        *k_cache.stride()[:4], *v_cache.stride()[:4],
+        block_table.stride(0), *kg.stride()[:3],
         HEAD_SIZE=head_size, D_PAD=d_pad, X=x, PAGE=page, TOKENS=tokens,
         num_warps=4,
     )  # fmt: skip

@@ -11,11 +11,11 @@ measured on the device by ``vllm-codemod tune`` may hold larger ones for its dev
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 import torch
-import triton
 
 from .decode_launch import HAS_PERMUTE  # Triton 3.0+: the 3-D K load
 from .log import log
@@ -125,6 +125,12 @@ def pick_config(d_pad: int, elem_bytes: int, fp8_cache: bool = False) -> Prefill
     return DEFAULT_CONFIGS[key]
 
 
+def _d_pad(head_size: int) -> int:
+    """The head size padded to a power of two, at least 16 (plain Python: the launch path
+    is host time, and ``triton.next_power_of_2`` is a constexpr function there)."""
+    return max(1 << (head_size - 1).bit_length(), 16)
+
+
 def _aligned_run(longest: int, strides: Tuple[int, ...]) -> int:
     """The largest power of two that divides ``longest`` and every stride in ``strides``."""
     run = longest & -longest if longest > 0 else 1
@@ -141,13 +147,17 @@ def paged_runs(k_cache: torch.Tensor, v_cache: torch.Tensor, block_n: int) -> Tu
     a run is a power of two that divides the page (or ``x``) and every outer stride, and
     1 where the innermost dimension is not contiguous (a sliced or transposed cache).
     """
-    k_run = 1
-    if k_cache.stride(4) == 1:
-        k_run = _aligned_run(k_cache.shape[4], tuple(k_cache.stride(i) for i in range(4)))
+    return _runs(k_cache.shape[4], k_cache.stride(), v_cache.shape[3], v_cache.stride(), block_n)
+
+
+@functools.lru_cache(maxsize=64)  # a deployment has a handful of cache layouts
+def _runs(
+    x: int, k_strides: Tuple[int, ...], page: int, v_strides: Tuple[int, ...], block_n: int
+) -> Tuple[int, int]:
+    k_run = _aligned_run(x, k_strides[:4]) if k_strides[4] == 1 else 1
     v_run = 1
-    if v_cache.stride(3) == 1:
-        page = v_cache.shape[3]
-        v_run = _aligned_run(min(page & -page, block_n), tuple(v_cache.stride(i) for i in range(3)))
+    if v_strides[3] == 1:
+        v_run = _aligned_run(min(page & -page, block_n), v_strides[:3])
     return k_run, v_run
 
 
@@ -242,7 +252,7 @@ def launch_plan(
 ) -> Tuple[PrefillConfig, bool]:
     """The config a launch without ``config`` runs and whether it gathers its context
     (before any out-of-memory fallback); benchmarks label their rows with it."""
-    d_pad = max(triton.next_power_of_2(q.shape[2]), 16)
+    d_pad = _d_pad(q.shape[2])
     cfg, gather, _, _ = _plan(q, k_cache, block_table, d_pad, None, None)
     return cfg, gather
 
@@ -280,12 +290,14 @@ def prefix_prefill_triton(
     """
     num_seqs = seq_lens.shape[0]
     num_heads, head_size = q.shape[1], q.shape[2]
-    d_pad = max(triton.next_power_of_2(head_size), 16)
+    d_pad = _d_pad(head_size)
     cfg, gather, fp8_tuned, gather_dtype = _plan(q, k_cache, block_table, d_pad, config, gather)
     fp8 = k_cache.element_size() == 1
     if cfg.block_m % cfg.block_n:
         raise ValueError(f"prefill config {tuple(cfg)}: BLOCK_M must be a multiple of BLOCK_N")
-    if min(q.stride(2), k.stride(2), v.stride(2), o.stride(2), k_cache.stride(4)) != 1:
+    qs, ks, vs, os_ = q.stride(), k.stride(), v.stride(), o.stride()
+    kcs, vcs = k_cache.stride(), v_cache.stride()
+    if (qs[2], ks[2], vs[2], os_[2], kcs[4]) != (1, 1, 1, 1, 1):
         raise ValueError("prefill: head dimension of q/k/v/o and x of k_cache must be contiguous")
     if max_query_len <= 0 or num_seqs == 0:
         return
@@ -295,7 +307,7 @@ def prefix_prefill_triton(
             kg, vg = gather_context(
                 k_cache, v_cache, block_table, query_start, seq_lens, dtype=gather_dtype
             )
-            g_strides = (kg.stride(0), kg.stride(1), kg.stride(2))
+            g_strides = kg.stride()[:3]
         except torch.cuda.OutOfMemoryError:  # the paged loop needs no buffers
             gather = False
             if fp8_tuned:  # over the fp8 cache itself: its own default (shared memory)
@@ -311,7 +323,7 @@ def prefix_prefill_triton(
     if group % heads_per_program or heads_per_program > cfg.block_m:
         raise ValueError(f"prefill: pack {heads_per_program} must divide {group} and fit BLOCK_M")
     queries = cfg.block_m // heads_per_program
-    num_m_tiles = triton.cdiv(max_query_len, queries)
+    num_m_tiles = -(-max_query_len // queries)
     window = sliding_window if sliding_window and sliding_window > 0 else 0
     k_run, v_run = paged_runs(k_cache, v_cache, cfg.block_n)
     grid = (num_m_tiles, num_seqs, num_heads // heads_per_program)
@@ -320,10 +332,8 @@ def prefix_prefill_triton(
         alibi_slopes if alibi_slopes is not None else q,
         k_scale if fp8 else q, v_scale if fp8 else q,
         sm_scale * LOG2E, window, num_m_tiles,
-        q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
-        o.stride(0), o.stride(1),
-        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), k_cache.stride(3),
-        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), v_cache.stride(3),
+        qs[0], qs[1], ks[0], ks[1], vs[0], vs[1], os_[0], os_[1],
+        kcs[0], kcs[1], kcs[2], kcs[3], vcs[0], vcs[1], vcs[2], vcs[3],
         block_table.stride(0), kg, vg, *g_strides,
         GROUP=group, HEAD_SIZE=head_size, D_PAD=d_pad,
         X=k_cache.shape[4], PAGE=v_cache.shape[3],

@@ -238,3 +238,37 @@ def test_an_fp8_cache_read_in_place_keeps_its_own_default(monkeypatch):
         assert not kwargs["GATHERED"] and config == fp8_default
     kwargs, config = _fp8_launch(monkeypatch, 1 << 30, out_of_memory)
     assert not kwargs["GATHERED"] and config == fp8_default
+
+
+def test_every_stride_reaches_the_kernel_under_its_own_name(monkeypatch):
+    """The launch reads each tensor's strides once (host time); this pins them by name,
+    with q/k/v/o sliced from wider tensors so no two strides coincide."""
+    from vllm_codemod.kernels.prefill_cases import launch_arguments, make_prefill_inputs
+
+    kernel = _Recorder()
+    monkeypatch.setattr(launch, "_prefix_prefill_kernel", kernel)
+    a = make_prefill_inputs([(40, 20)], 4, 2, 64, 16, torch.float16)
+    args = launch_arguments(a)
+    for name, extra in (("q", 3), ("k", 5), ("v", 7), ("o", 9)):
+        t = args[name]
+        wide = torch.zeros(t.shape[0], t.shape[1] + 1, t.shape[2] + extra, dtype=t.dtype)
+        args[name] = wide[:, : t.shape[1], : t.shape[2]]
+    launch.prefix_prefill_triton(**args, config=launch.PrefillConfig(64, 32, 4, 1))
+    ((got, _),) = kernel.calls
+    named = dict(zip(prefill_kernels._prefix_prefill_kernel.arg_names, got))
+    for name, tensor in (("q", "q"), ("k", "k"), ("v", "v"), ("o", "o")):
+        assert (named[f"stride_{name}t"], named[f"stride_{name}h"]) == args[tensor].stride()[:2]
+    assert tuple(named[f"stride_kc{d}"] for d in "bhdt") == args["k_cache"].stride()[:4]
+    assert tuple(named[f"stride_vc{d}"] for d in "bhdt") == args["v_cache"].stride()[:4]
+    assert named["stride_btb"] == args["block_table"].stride(0)
+
+
+def test_a_head_dimension_that_is_not_contiguous_is_refused(monkeypatch):
+    from vllm_codemod.kernels.prefill_cases import launch_arguments, make_prefill_inputs
+
+    monkeypatch.setattr(launch, "_prefix_prefill_kernel", _Recorder())
+    a = make_prefill_inputs([(40, 20)], 4, 2, 64, 16, torch.float16)
+    args = launch_arguments(a)
+    args["k"] = torch.zeros(20, 2, 128, dtype=torch.float16)[:, :, ::2]  # stride 2
+    with pytest.raises(ValueError, match="contiguous"):
+        launch.prefix_prefill_triton(**args, config=launch.PrefillConfig(64, 32, 4, 1))
