@@ -61,6 +61,10 @@ FP8_CACHE_CONFIGS: Dict[int, PrefillConfig] = {
 
 #: Configs a tuning file installed for this process: (padded head, element bytes) -> config.
 _tuned: Dict[Tuple[int, int], PrefillConfig] = {}
+#: Size tiers a tuning file installed: (padded head, element bytes) -> (below, config):
+#: launches whose :func:`work_estimate` is under ``below`` take ``config`` (None: the
+#: built-in default) instead of ``_tuned``'s.  ``tune`` measured where the tiers part.
+_small: Dict[Tuple[int, int], Tuple[int, Optional[PrefillConfig]]] = {}
 #: Whether _tuned is settled: read from the tree's tuning tables at the first launch
 #: (never at import: the device name needs CUDA), or set by set_prefill_configs.
 _tables_read = [False]
@@ -73,35 +77,75 @@ def shared_bytes(config: PrefillConfig, d_pad: int, elem_bytes: int) -> int:
     return q_tile + max(config.num_stages, 1) * kv_tiles
 
 
-def set_prefill_configs(table: Optional[Dict[Tuple[int, int], Any]]) -> None:
-    """Install (or with None, clear) the configs measured for this device; either way the
-    tuning tables are not read after this (``reset_prefill_configs`` reads them again)."""
+def work_estimate(q: torch.Tensor, block_table: torch.Tensor, page: int) -> int:
+    """A launch's size as the host knows it without reading lengths off the device: new
+    tokens x query heads x the block table's width in tokens (the most keys a query can
+    see).  ``tune`` parts its size tiers on this scale (:func:`set_prefill_configs`).
+
+    Why tiers: a small launch does not fill the GPU with the large tiles that win on
+    long prompts, and pays the context copy they need; on an H100 the tuned head-128
+    config took 207 us at 1K+512 tokens, the built-in one 72 us."""
+    return q.shape[0] * q.shape[1] * block_table.shape[1] * page
+
+
+def _small_tiers(small: Dict[Tuple[int, int], Any]) -> Dict[Tuple[int, int], Any]:
+    return {
+        key: (int(below), None if cfg is None else PrefillConfig(*cfg))
+        for key, (below, cfg) in small.items()
+    }
+
+
+def set_prefill_configs(
+    table: Optional[Dict[Tuple[int, int], Any]],
+    small: Optional[Dict[Tuple[int, int], Tuple[int, Any]]] = None,
+) -> None:
+    """Install (or with None, clear) the configs measured for this device, and their
+    size tiers (``small``: key -> (below, config or None), see ``_small``); either way
+    the tuning tables are not read after this (``reset_prefill_configs`` reads them
+    again)."""
     _tuned.clear()
+    _small.clear()
     _tables_read[0] = True
     if table:
         _tuned.update({key: PrefillConfig(*cfg) for key, cfg in table.items()})
+    if small:
+        _small.update(_small_tiers(small))
 
 
 def reset_prefill_configs() -> None:
     """Forget installed configs; the next launch reads the tuning tables again."""
     _tuned.clear()
+    _small.clear()
     _tables_read[0] = False
 
 
 def _read_tables(device: torch.device) -> None:
-    """The tuning tables' prefill entries for this device (``tuned.prefill_configs``),
-    once per process; a table that cannot be read leaves the built-in defaults."""
+    """The tuning tables' prefill entries for this device (``tuned.prefill_configs``
+    and ``tuned.prefill_small``), once per process; a table that cannot be read leaves
+    the built-in defaults."""
     _tables_read[0] = True
     try:
-        from .tuned import prefill_configs
+        from . import tuned
 
-        found = prefill_configs(device)
+        found = tuned.prefill_configs(device)
+        small = _small_tiers(getattr(tuned, "prefill_small", lambda _d: {})(device))
     except Exception as exc:  # a damaged table must not take prefill down
         log.warning("vllm-codemod: prefill configs from the tuning tables unused (%s)", exc)
         return
     _tuned.update({key: PrefillConfig(*cfg) for key, cfg in found.items()})
-    if found:
-        log.info("vllm-codemod: prefill launch configs from a tuning table: %s", found)
+    _small.update(small)
+    if found or small:
+        log.info("vllm-codemod: prefill launch configs from a tuning table: %s; below a "
+                 "size: %s", found, small)  # fmt: skip
+
+
+def _built_in(d_pad: int, elem_bytes: int, fp8_cache: bool) -> PrefillConfig:
+    key = min(max(d_pad, 32), 256)
+    if elem_bytes > 2:
+        return FP32_CONFIGS[key]
+    if fp8_cache and key in FP8_CACHE_CONFIGS:
+        return FP8_CACHE_CONFIGS[key]
+    return DEFAULT_CONFIGS[key]
 
 
 def pick_config(d_pad: int, elem_bytes: int, fp8_cache: bool = False) -> PrefillConfig:
@@ -113,16 +157,21 @@ def pick_config(d_pad: int, elem_bytes: int, fp8_cache: bool = False) -> Prefill
     admitted the config (on sm_80 the 48 KB head-128 default needs 68 KB with fp8
     caches), so a config that fits a device's limit with 16-bit caches may not with fp8
     ones.  (A launch that gathers an fp8 context converts it first, and then takes the
-    tuned config: ``_plan``.)"""
+    tuned config: ``_plan``.)  Size tiers are the launcher's (``_plan``); this is the
+    config for launches above them."""
     tuned = None if fp8_cache else _tuned.get((d_pad, elem_bytes))
     if tuned is not None:
         return tuned
-    key = min(max(d_pad, 32), 256)
-    if elem_bytes > 2:
-        return FP32_CONFIGS[key]
-    if fp8_cache and key in FP8_CACHE_CONFIGS:
-        return FP8_CACHE_CONFIGS[key]
-    return DEFAULT_CONFIGS[key]
+    return _built_in(d_pad, elem_bytes, fp8_cache)
+
+
+def _tuned_for(key: Tuple[int, int], work: int) -> Optional[PrefillConfig]:
+    """The tuned config for a launch of this size: its size tier's, else the key's
+    (None: the built-in default)."""
+    tier = _small.get(key)
+    if tier is not None and work < tier[0]:
+        return tier[1]
+    return _tuned.get(key)
 
 
 def _d_pad(head_size: int) -> int:
@@ -238,10 +287,13 @@ def _plan(
     if config is None:
         if not _tables_read[0]:
             _read_tables(q.device)
-        tuned = _tuned.get((d_pad, q.element_size())) if fp8 and gather is not False else None
-        if tuned is not None and wants_gather(tuned, buffer_bytes):
-            return tuned, True, True, gather_dtype
-        config = pick_config(d_pad, q.element_size(), fp8)
+        key = (d_pad, q.element_size())
+        tuned = _tuned_for(key, work_estimate(q, block_table, k_cache.shape[3]))
+        if fp8:  # the tuned config only where the context is gathered (16-bit tiles)
+            if tuned is not None and gather is not False and wants_gather(tuned, buffer_bytes):
+                return tuned, True, True, gather_dtype
+            tuned = None
+        config = tuned if tuned is not None else _built_in(d_pad, q.element_size(), fp8)
     if gather is None:
         gather = wants_gather(config, buffer_bytes)
     return config, gather, False, gather_dtype
@@ -311,7 +363,7 @@ def prefix_prefill_triton(
         except torch.cuda.OutOfMemoryError:  # the paged loop needs no buffers
             gather = False
             if fp8_tuned:  # over the fp8 cache itself: its own default (shared memory)
-                cfg = pick_config(d_pad, q.element_size(), True)
+                cfg = _built_in(d_pad, q.element_size(), True)
             log.info("vllm-codemod: no memory for the gathered prefill context; paged loop")
     group = num_heads // k.shape[1]
     if pack is not None:
@@ -364,4 +416,5 @@ __all__ = [
     "set_prefill_configs",
     "shared_bytes",
     "wants_gather",
+    "work_estimate",
 ]

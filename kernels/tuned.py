@@ -105,3 +105,13 @@ def prefill_configs(device: torch.device) -> Dict[tuple, tuple]:
         return {}
     table = _device_table(device)
     return dict(table.prefill_configs) if table is not None else {}
+
+
+def prefill_small(device: torch.device) -> Dict[tuple, tuple]:
+    """The size tiers of those configs, from the same table: (padded head size, element
+    bytes) -> (below, config or None): launches whose ``prefill_launch.work_estimate``
+    is under ``below`` run that config (None: the built-in default)."""
+    if not _files() or device.type != "cuda":
+        return {}
+    table = _device_table(device)
+    return dict(getattr(table, "prefill_small", {})) if table is not None else {}

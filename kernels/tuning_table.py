@@ -85,6 +85,7 @@ class DeviceTable:
         raw: Dict[str, Any],
         prefill_num_warps: Optional[int] = None,
         prefill_configs: Optional[Dict[Tuple[int, int], Tuple[int, int, int, int]]] = None,
+        prefill_small: Optional[Dict[Tuple[int, int], Tuple[int, Any]]] = None,
     ) -> None:
         self.name = name
         self._decode = list(decode)
@@ -96,6 +97,10 @@ class DeviceTable:
         #: element bytes) -> (block_m, block_n, num_warps, num_stages); a key not here
         #: (a file without ``prefill_configs``, or a default that won) keeps the built-in
         self.prefill_configs = dict(prefill_configs or {})
+        #: their size tiers: (padded head, element bytes) -> (below, config or None):
+        #: launches smaller than ``below`` (``prefill_launch.work_estimate``) run that
+        #: config, None meaning the built-in default
+        self.prefill_small = dict(prefill_small or {})
         self.raw = raw
 
     def decide(
@@ -279,15 +284,38 @@ def _decode_entry(reader: _Reader, raw: Any, where: str) -> _DecodeEntry:
     )
 
 
+def _prefill_config(reader: _Reader, config: Any, cwhere: str) -> Tuple[int, int, int, int]:
+    """One ``[block_m, block_n, num_warps, num_stages]``, checked."""
+    reader.check(config, cwhere, list)
+    if len(config) != len(PREFILL_CONFIG_FIELDS):
+        raise reader.fail(cwhere, f"expected the 4 fields {PREFILL_CONFIG_FIELDS}")
+    for j, (field, value) in enumerate(zip(PREFILL_CONFIG_FIELDS, config)):
+        reader.check(value, f"{cwhere}[{j}] ({field})", int)
+    block_m, block_n, warps, stages = config
+    for j, value in ((0, block_m), (1, block_n)):
+        if value & (value - 1) or not 16 <= value <= 256:
+            raise reader.fail(f"{cwhere}[{j}]", f"a power of two 16-256, got {value}")
+    if block_m % block_n:
+        raise reader.fail(cwhere, f"block_m {block_m} is not a multiple of block_n {block_n}")
+    if warps not in VALID_WARPS:
+        raise reader.fail(f"{cwhere}[2] (num_warps)", f"not a power of two <= 32: {warps}")
+    if not 1 <= stages <= 8:
+        raise reader.fail(f"{cwhere}[3] (num_stages)", f"1-8, got {stages}")
+    return block_m, block_n, warps, stages
+
+
 def _prefill_configs(
     reader: _Reader, raw: Any, where: str
-) -> Dict[Tuple[int, int], Tuple[int, int, int, int]]:
-    """``prefill_configs[]``: the bundled prefill kernel's winners by (padded head, dtype).
+) -> Tuple[Dict[Tuple[int, int], Tuple[int, int, int, int]], Dict[Tuple[int, int], Any]]:
+    """``prefill_configs[]``: the bundled prefill kernel's winners by (padded head, dtype),
+    and their size tiers (an entry's optional ``small``: ``below``, a positive integer,
+    and ``config``, null for the built-in default).
 
-    An entry whose ``config`` is null (the built-in default won) adds nothing.  Two
+    An entry whose ``config`` is null (the built-in default won) adds no config.  Two
     dtypes of one width (bf16 and fp16) share a key; the first entry in the file wins.
     """
     found: Dict[Tuple[int, int], Tuple[int, int, int, int]] = {}
+    small: Dict[Tuple[int, int], Any] = {}
     for i, entry in enumerate(reader.check(raw, where, list)):
         ewhere = f"{where}[{i}]"
         reader.check(entry, ewhere, dict)
@@ -297,27 +325,25 @@ def _prefill_configs(
         dtype = normalize_dtype(reader.get(entry, "dtype", ewhere, str))
         if dtype not in ELEMENT_BYTES:
             raise reader.fail(f"{ewhere}.dtype", f"one of {sorted(ELEMENT_BYTES)}, got {dtype!r}")
+        key = (d_pad, ELEMENT_BYTES[dtype])
+        tier = entry.get("small")
+        if tier is not None:
+            twhere = f"{ewhere}.small"
+            reader.check(tier, twhere, dict)
+            below = reader.positive(tier, "below", twhere)
+            cfg = tier.get("config")
+            cfg = None if cfg is None else _prefill_config(reader, cfg, f"{twhere}.config")
+            tier = (below, cfg)
         config = entry.get("config")
-        if config is None:
+        if config is not None:
+            config = _prefill_config(reader, config, f"{ewhere}.config")
+        if key in found or key in small or (config is None and tier is None):
             continue
-        cwhere = f"{ewhere}.config"
-        reader.check(config, cwhere, list)
-        if len(config) != len(PREFILL_CONFIG_FIELDS):
-            raise reader.fail(cwhere, f"expected the 4 fields {PREFILL_CONFIG_FIELDS}")
-        for j, (field, value) in enumerate(zip(PREFILL_CONFIG_FIELDS, config)):
-            reader.check(value, f"{cwhere}[{j}] ({field})", int)
-        block_m, block_n, warps, stages = config
-        for j, value in ((0, block_m), (1, block_n)):
-            if value & (value - 1) or not 16 <= value <= 256:
-                raise reader.fail(f"{cwhere}[{j}]", f"a power of two 16-256, got {value}")
-        if block_m % block_n:
-            raise reader.fail(cwhere, f"block_m {block_m} is not a multiple of block_n {block_n}")
-        if warps not in VALID_WARPS:
-            raise reader.fail(f"{cwhere}[2] (num_warps)", f"not a power of two <= 32: {warps}")
-        if not 1 <= stages <= 8:
-            raise reader.fail(f"{cwhere}[3] (num_stages)", f"1-8, got {stages}")
-        found.setdefault((d_pad, ELEMENT_BYTES[dtype]), (block_m, block_n, warps, stages))
-    return found
+        if config is not None:
+            found[key] = config
+        if tier is not None:
+            small[key] = tier
+    return found, small
 
 
 def _device(reader: _Reader, raw: Any, where: str) -> DeviceTable:
@@ -348,10 +374,11 @@ def _device(reader: _Reader, raw: Any, where: str) -> DeviceTable:
         if overall not in VALID_WARPS:
             raise reader.fail(f"{where}.prefill_num_warps", f"not a power of two <= 32: {overall}")
     configs = raw.get("prefill_configs")
-    prefill_configs = (
-        {} if configs is None else _prefill_configs(reader, configs, f"{where}.prefill_configs")
-    )
-    return DeviceTable(name, decode, warps, raw, overall, prefill_configs)
+    prefill_configs, prefill_small = (
+        ({}, {}) if configs is None
+        else _prefill_configs(reader, configs, f"{where}.prefill_configs")
+    )  # fmt: skip
+    return DeviceTable(name, decode, warps, raw, overall, prefill_configs, prefill_small)
 
 
 def parse(data: Dict[str, Any], source: str = "<tuning>") -> Table:

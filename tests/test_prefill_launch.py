@@ -272,3 +272,62 @@ def test_a_head_dimension_that_is_not_contiguous_is_refused(monkeypatch):
     args["k"] = torch.zeros(20, 2, 128, dtype=torch.float16)[:, :, ::2]  # stride 2
     with pytest.raises(ValueError, match="contiguous"):
         launch.prefix_prefill_triton(**args, config=launch.PrefillConfig(64, 32, 4, 1))
+
+
+def test_launches_below_a_size_tier_take_its_config(monkeypatch):
+    """``tune`` measured where a large config stops paying; smaller launches (by the
+    host's work estimate) run the tier's config, None meaning the built-in one."""
+    from vllm_codemod.kernels.prefill_cases import make_prefill_inputs
+
+    monkeypatch.setattr(launch, "_gather_limit", [1 << 30])
+    big = launch.PrefillConfig(128, 128, 8, 3)
+    short = make_prefill_inputs([(40, 20)], 4, 2, 128, 16, torch.float16)
+    long = make_prefill_inputs([(400, 200)], 4, 2, 128, 16, torch.float16)
+    work = [launch.work_estimate(a["q"], a["block_table"], 16) for a in (short, long)]
+    assert work == [20 * 4 * 4 * 16, 200 * 4 * 26 * 16]  # tables of 3 and 26 pages
+    below = work[1]  # the long one is not below: >= takes the large config
+    try:
+        launch.set_prefill_configs({(128, 2): big}, small={(128, 2): (below, None)})
+        plans = [launch.launch_plan(a["q"], a["k_cache"], a["block_table"]) for a in (short, long)]
+        assert plans == [(launch.DEFAULT_CONFIGS[128], False), (big, True)]
+        tier = launch.PrefillConfig(64, 32, 4, 2)
+        launch.set_prefill_configs({(128, 2): big}, small={(128, 2): (below, tier)})
+        assert launch.launch_plan(short["q"], short["k_cache"], short["block_table"]) == (
+            tier,
+            True,
+        )
+        # a tier alone (the default won the long points)
+        launch.set_prefill_configs({}, small={(128, 2): (below, tier)})
+        assert launch.launch_plan(long["q"], long["k_cache"], long["block_table"]) == (
+            launch.DEFAULT_CONFIGS[128],
+            False,
+        )
+        # fp32 queries are another key: untouched
+        launch.set_prefill_configs(None)
+        q32 = short["q"].float()
+        assert (
+            launch.launch_plan(q32, short["k_cache"], short["block_table"])[0]
+            == (launch.FP32_CONFIGS[128])
+        )
+    finally:
+        launch.reset_prefill_configs()
+
+
+def test_an_fp8_launch_below_a_tier_keeps_the_fp8_default(monkeypatch):
+    """Under the tier the built-in config runs, and over an fp8 cache that is the fp8
+    one (one stage: the paged loop, no copy)."""
+    from vllm_codemod.kernels.prefill_cases import make_prefill_inputs
+
+    monkeypatch.setattr(launch, "_gather_limit", [1 << 30])
+    a = make_prefill_inputs([(40, 20)], 4, 2, 128, 16, torch.float16, kv_cache_dtype="fp8")
+    k_cache = a["k_cache"].view(a["fp8_dtype"])
+    try:
+        launch.set_prefill_configs(
+            {(128, 2): launch.PrefillConfig(128, 128, 8, 3)}, small={(128, 2): (1 << 40, None)}
+        )
+        assert launch.launch_plan(a["q"], k_cache, a["block_table"]) == (
+            launch.FP8_CACHE_CONFIGS[128],
+            False,
+        )
+    finally:
+        launch.reset_prefill_configs()

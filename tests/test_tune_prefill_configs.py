@@ -322,3 +322,133 @@ def test_every_built_in_config_fits_48_kb_by_estimate():
             for fp8 in (False, True):
                 config = launch.pick_config(d_pad, elem, fp8)
                 assert launch.shared_bytes(config, d_pad, elem) <= 48 * 1024, (d_pad, elem, fp8)
+
+
+# ---------------------------------------------------------------------- size tiers
+
+
+def _timed(times, config):
+    return {"status": "ok", "config": list(config), "point_us": list(times), "us": sum(times)}
+
+
+def test_two_tiers_where_small_and_large_points_disagree():
+    """The H100's shape of the problem: the built-in config wins the short points, a
+    large one the long points (session 15: 72 against 207 us at 1K+512)."""
+    default = _timed([72.0, 300.0, 1950.0], DEFAULT)
+    big = _timed([207.0, 250.0, 1250.0], FAST)
+    works = [500_000, 130_000_000, 1_000_000_000]
+    small, large, below, total = pc.choose_tiers([default, big], works)
+    assert small is default and large is big
+    assert 500_000 < below <= 130_000_000 and below == int((500_000 * 130_000_000) ** 0.5)
+    assert total == 72.0 + 250.0 + 1250.0
+    # the points' order in the list does not matter, only their work
+    runs = (([72.0, 300.0, 1950.0], DEFAULT), ([207.0, 250.0, 1250.0], FAST))
+    shuffled = [_timed([t[2], t[0], t[1]], c) for t, c in runs]
+    tiers = pc.choose_tiers(shuffled, [works[2], works[0], works[1]])
+    assert tiers is not None and tiers[2] == below
+
+
+def test_no_tiers_when_one_config_wins_everywhere_or_the_gain_is_noise():
+    works = [1_000, 2_000_000]
+    assert pc.choose_tiers([_timed([100, 1000], DEFAULT), _timed([60, 600], FAST)], works) is None
+    # the short point favours the default by 10 us in 1110: under the 2% margin
+    assert pc.choose_tiers([_timed([100, 1000], DEFAULT), _timed([110, 990], FAST)], works) is None
+    # equal works cannot be parted
+    tied = [_timed([72, 1950], DEFAULT), _timed([207, 1250], FAST)]
+    assert pc.choose_tiers(tied, [5, 5]) is None
+    # a config not timed on every point takes no part
+    partial = dict(_timed([207, 1250], FAST), point_us=[207])
+    assert pc.choose_tiers([_timed([72, 1950], DEFAULT), partial], works) is None
+
+
+class SizedLaunch(FakeLaunch):
+    """A launcher whose FAST config is slow on small launches (the timer asks it)."""
+
+    @staticmethod
+    def work_estimate(q, block_table, page):
+        return q.shape[0] * q.shape[1] * block_table.shape[1] * page
+
+
+class SizedTimer(FakeTimer):
+    def eager_us(self, fns) -> float:
+        super().eager_us(fns)
+        small = self.launch.last_work < 10_000
+        return {DEFAULT: 10.0 if small else 100.0, FAST: 30.0 if small else 60.0}.get(
+            self.launch.last, 500.0
+        )
+
+
+def test_the_tuner_writes_a_tier_the_file_and_the_launcher_read(monkeypatch, tmp_path):
+    monkeypatch.setattr(pc, "prefill_candidates", lambda *a: [FAST])
+    monkeypatch.setattr(pc, "CHECK_LENS", ((20, 40), (0, 9), (17, 1)))
+    launch = SizedLaunch()
+    original = launch.prefix_prefill_triton
+
+    def recording(config=None, **args):
+        launch.last_work = launch.work_estimate(args["q"], args["block_table"], 16)
+        original(config=config, **args)
+
+    launch.prefix_prefill_triton = recording
+    tuner = pc.PrefillConfigTuner(
+        launch, prefill_cases, "cpu", SizedTimer(launch), Budget(None), Progress(1, False)
+    )
+    (entry,) = tuner.run_cases(DEPLOY, [(1, 16, 8), (2, 200, 300)])
+    works = [p["work"] for p in entry["points"]]
+    assert works[0] < 10_000 <= works[1]
+    assert entry["small"]["config"] is None and entry["config"] == list(FAST)
+    assert works[0] < entry["small"]["below"] <= works[1]
+    assert entry["us"] == 10.0 + 60.0
+    (row,) = table.summary_rows({"prefill_configs": [entry]})
+    assert "default below work" in row["tuned"] and "else 64,32,4,1" in row["tuned"]
+    path = tmp_path / "t.json"
+    table.write(path, _document([entry]))
+    device = tuning_table.load(path).for_device("NVIDIA H200")
+    assert device.prefill_configs == {(64, 4): tuple(FAST)}
+    assert device.prefill_small == {(64, 4): (entry["small"]["below"], None)}
+
+
+@pytest.mark.parametrize(
+    "small, message",
+    [
+        ({"below": 0, "config": None}, "positive"),
+        ({"config": None}, "below"),
+        ({"below": 10, "config": [64, 64, 3, 1]}, "small.config[2]"),
+        ([10], "small"),
+    ],
+)
+def test_bad_tiers_are_rejected(small, message):
+    bad = dict(_entry(), small=small)
+    with pytest.raises(Exception) as info:
+        table.validate(_document([bad]), "bad.json")
+    assert message in str(info.value) and "prefill_configs[0]" in str(info.value)
+
+
+def test_a_tier_without_a_config_of_its_own_is_kept(tmp_path):
+    """The default won the long points, another config the short ones."""
+    entry = dict(_entry(config=None), small={"below": 1000, "config": [64, 32, 4, 1]})
+    device = table.validate(_document([entry]), "x").devices[0]
+    assert device.prefill_configs == {} and device.prefill_small == {
+        (128, 2): (1000, (64, 32, 4, 1))
+    }
+
+
+@needs_triton
+def test_the_launcher_reads_a_tier_from_the_tables(tmp_path, monkeypatch):
+    from vllm_codemod.kernels import prefill_launch as launch
+    from vllm_codemod.kernels import tuned
+
+    path = tmp_path / "tuning.json"
+    table.write(path, _document([dict(_entry(), small={"below": 5000, "config": None})]))
+    monkeypatch.setattr(tuned, "TABLE_FILE", str(path))
+    monkeypatch.setattr(tuned, "BUNDLED_FILES", ())
+    monkeypatch.setattr(tuned, "_state", {"present": None, "tables": None, "devices": {}})
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=None: "NVIDIA H200")
+    assert tuned.prefill_small(torch.device("cpu")) == {}
+    assert tuned.prefill_small(torch.device("cuda", 0)) == {(128, 2): (5000, None)}
+    launch.reset_prefill_configs()
+    try:
+        launch._read_tables(torch.device("cuda", 0))
+        assert launch._tuned_for((128, 2), 4999) is None  # the built-in config
+        assert launch._tuned_for((128, 2), 5000) == launch.PrefillConfig(128, 64, 8, 2)
+    finally:
+        launch.reset_prefill_configs()

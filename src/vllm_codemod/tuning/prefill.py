@@ -35,9 +35,13 @@ _CHECK = ((2, 100, 37), (1, 0, 19))
 _NEEDED = ("kv_cache_dtype", "b_start_loc", "b_seq_len", "max_input_len", "k_scale", "v_scale")
 
 
-def prefill_cases(deployment: Deployment) -> List[Tuple[int, int, int]]:
-    cases = []
-    for seqs, ctx, new in _CASES:
+def prefill_cases(
+    deployment: Deployment, points: Sequence[Tuple[int, int, int]] = _CASES
+) -> List[Tuple[int, int, int]]:
+    """``points`` (sequences, cached, new tokens) clamped to the deployment's model
+    length and sequences, without repeats."""
+    cases: List[Tuple[int, int, int]] = []
+    for seqs, ctx, new in points:
         new = min(new, deployment.max_model_len)
         if ctx + new > deployment.max_model_len:
             ctx = max(0, deployment.max_model_len - new)

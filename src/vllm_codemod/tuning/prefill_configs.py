@@ -18,6 +18,7 @@ built-in table stays in charge.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .decode_inputs import TOLERANCE
@@ -57,6 +58,15 @@ MEASURED: Tuple[Config, ...] = (
 #: (loops B and C), a context that is no multiple of the page, a context of 0, and one
 #: new token.
 CHECK_LENS: Tuple[Tuple[int, int], ...] = ((40, 150), (0, 33), (77, 1))
+#: (sequences, cached, new tokens) timed per config: the warps tuner's two sizes (a
+#: batch of short prompts, one long prompt), one short prompt, and one between, so a
+#: size tier (:func:`choose_tiers`) has measured points on both sides of where it parts.
+CONFIG_POINTS: Tuple[Tuple[int, int, int], ...] = (
+    (1, 1024, 512),
+    (8, 1024, 512),
+    (1, 4096, 1024),
+    (1, 16384, 2048),
+)
 ELEMENT_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 COPIES = 2
 
@@ -150,6 +160,59 @@ def choose(results: Sequence[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
     return best
 
 
+def _tier_winner(
+    ok: Sequence[Dict[str, Any]], default: Dict[str, Any], points: Sequence[int]
+) -> Dict[str, Any]:
+    """The fastest result over ``points``; the default unless beaten by ``MARGIN``."""
+
+    def total(result: Dict[str, Any]) -> float:
+        return sum(result["point_us"][i] for i in points)
+
+    best = min(ok, key=total)
+    if best is not default and total(best) > total(default) * (1 - MARGIN):
+        return default
+    return best
+
+
+def choose_tiers(
+    results: Sequence[Dict[str, Any]], works: Sequence[int]
+) -> Optional[Tuple[Dict[str, Any], Dict[str, Any], int, float]]:
+    """(small winner, large winner, below, total us) where two size tiers beat the one
+    config of :func:`choose` by ``MARGIN`` over all points, else None.
+
+    ``works[i]`` is point i's ``work_estimate``.  Each way of parting the points by
+    size is tried (a part falls between two points of different work); each side takes
+    its own fastest config (the default unless beaten by ``MARGIN``).  The tiers part
+    at the geometric mean of the two points' work: the one place between them nothing
+    measured favours.  Only results timed "ok" on every point take part.
+    """
+    single = choose(results)
+    default = results[0]
+    if single is None:
+        return None
+    n = len(works)
+    ok = [r for r in results if r.get("status") == "ok" and len(r.get("point_us") or ()) == n]
+    if not any(r is default for r in ok):
+        return None
+    order = sorted(range(n), key=lambda i: works[i])
+    best: Optional[Tuple[Dict[str, Any], Dict[str, Any], int, float]] = None
+    for k in range(1, n):
+        low, high = works[order[k - 1]], works[order[k]]
+        if low >= high:
+            continue
+        small = _tier_winner(ok, default, order[:k])
+        large = _tier_winner(ok, default, order[k:])
+        if small is large:
+            continue
+        total = sum(small["point_us"][i] for i in order[:k])
+        total += sum(large["point_us"][i] for i in order[k:])
+        if best is None or total < best[3]:
+            best = (small, large, max(math.isqrt(low * high), low + 1), total)
+    if best is None or best[3] >= single["us"] * (1 - MARGIN):
+        return None
+    return best
+
+
 class PrefillConfigTuner:
     """Times the bundled prefill kernel's launch configs through ``launch`` (the tree's
     ``prefill_launch``) with inputs from ``cases`` (its ``prefill_cases``)."""
@@ -236,6 +299,7 @@ class PrefillConfigTuner:
                 timed.append((shape, (seqs, ctx, new), copies))
         if not timed:
             return None
+        works = self._works(timed)
         results: List[Dict[str, Any]] = []
         try:
             for config in configs:
@@ -255,7 +319,8 @@ class PrefillConfigTuner:
                 f"prefill configs d{d_pad} {dtype}: the default {list(default)} "
                 f"{results[0]['status']} ({results[0].get('reason')}); nothing chosen"
             )
-        return {
+        tiers = None if winner is None or works is None else choose_tiers(results, works)
+        entry: Dict[str, Any] = {
             "head_size_padded": d_pad,
             "dtype": dtype,
             "shapes": [s.label() for s in shapes],
@@ -270,6 +335,30 @@ class PrefillConfigTuner:
             "us": None if winner is None else winner["us"],
             "candidates": results,
         }
+        if works is not None:
+            for point, work in zip(entry["points"], works):
+                point["work"] = work
+        if tiers is not None:
+            small, large, below, total = tiers
+            entry["config"] = None if large is results[0] else large["config"]
+            entry["us"] = total
+            entry["small"] = {
+                "below": below,
+                "config": None if small is results[0] else small["config"],
+            }
+        return entry
+
+    def _works(
+        self, timed: Sequence[Tuple[Shape, Any, List[Dict[str, Any]]]]
+    ) -> Optional[List[int]]:
+        """Each timed point's ``work_estimate`` (None for kernels that predate size tiers)."""
+        estimate = getattr(self.launch, "work_estimate", None)
+        if estimate is None:
+            return None
+        return [
+            int(estimate(a["q"], a["block_table"], a["k_cache"].shape[3]))
+            for _, _, (a, *_rest) in timed
+        ]
 
     def _measure(
         self,
@@ -314,7 +403,7 @@ class PrefillConfigTuner:
     # ------------------------------------------------------------------ the deployment
 
     def run(self, deployment: Deployment) -> List[Dict[str, Any]]:
-        return self.run_cases(deployment, prefill_cases(deployment))
+        return self.run_cases(deployment, prefill_cases(deployment, CONFIG_POINTS))
 
     def run_cases(
         self, deployment: Deployment, points: Sequence[Tuple[int, int, int]]

@@ -133,8 +133,7 @@ def summary_rows(device_entry: Dict[str, Any]) -> List[Dict[str, str]]:
                 "point": f"{len(entry.get('points', []))} cases (total)",
                 "default": f"{_us(entry.get('default_us'))} "
                 + ",".join(str(v) for v in entry["default"]),
-                "tuned": f"{_us(entry.get('us'))} "
-                + ("default" if chosen is None else ",".join(str(v) for v in chosen)),
+                "tuned": f"{_us(entry.get('us'))} " + _configs(chosen, entry.get("small")),
                 "speedup": _speedup(entry.get("default_us"), entry.get("us")),
             }
         )
@@ -170,3 +169,14 @@ def _speedup(default: Any, tuned: Any) -> str:
     if not default or not tuned:
         return "-"
     return f"{default / tuned:.2f}x"
+
+
+def _configs(chosen: Any, small: Any) -> str:
+    """A prefill_configs entry's choice: its config, and its size tier where it has one."""
+
+    def name(config: Any) -> str:
+        return "default" if config is None else ",".join(str(v) for v in config)
+
+    if not small:
+        return name(chosen)
+    return f"{name(small.get('config'))} below work {small.get('below')}, else {name(chosen)}"
