@@ -68,6 +68,12 @@ def _gather_context_kernel(
     tl.store(VG + dst, tl.load(v_src, mask=ok).to(VG.dtype.element_ty), mask=ok)
 
 
+def d_pad_of(head_size: int) -> int:
+    """The head size padded to a power of two, at least 16 (plain Python: the launch path
+    is host time, and ``triton.next_power_of_2`` is a constexpr function there)."""
+    return max(1 << (head_size - 1).bit_length(), 16)
+
+
 def _buffer_shape(k_cache: torch.Tensor, block_table: torch.Tensor) -> Tuple[int, ...]:
     """``[seqs, kv_heads, table width x page, head_size]``."""
     _blocks, kv_heads, lanes, page, x = k_cache.shape
@@ -105,7 +111,7 @@ def gather_context(
     vg = torch.empty(shape, dtype=dtype or v_cache.dtype, device=v_cache.device)
     if seqs == 0 or length == 0:
         return kg, vg
-    d_pad = max(1 << (head_size - 1).bit_length(), 16)
+    d_pad = d_pad_of(head_size)
     grid = (-(-length // tokens), seqs, kv_heads)
     _gather_context_kernel[grid](
         k_cache, v_cache, block_table, query_start, seq_lens, kg, vg,

@@ -19,7 +19,7 @@ import torch
 
 from .decode_launch import HAS_PERMUTE  # Triton 3.0+: the 3-D K load
 from .log import log
-from .prefill_gather import gather_context, gathered_bytes
+from .prefill_gather import d_pad_of, gather_context, gathered_bytes
 from .prefill_kernels import LOG2E, _prefix_prefill_kernel
 
 #: Shared memory per program every built-in config must fit (BI-V100: 48 KB per block).
@@ -125,10 +125,10 @@ def _read_tables(device: torch.device) -> None:
     the built-in defaults."""
     _tables_read[0] = True
     try:
-        from . import tuned
+        from .tuned import prefill_configs, prefill_small
 
-        found = tuned.prefill_configs(device)
-        small = _small_tiers(getattr(tuned, "prefill_small", lambda _d: {})(device))
+        found = prefill_configs(device)
+        small = _small_tiers(prefill_small(device))
     except Exception as exc:  # a damaged table must not take prefill down
         log.warning("vllm-codemod: prefill configs from the tuning tables unused (%s)", exc)
         return
@@ -172,12 +172,6 @@ def _tuned_for(key: Tuple[int, int], work: int) -> Optional[PrefillConfig]:
     if tier is not None and work < tier[0]:
         return tier[1]
     return _tuned.get(key)
-
-
-def _d_pad(head_size: int) -> int:
-    """The head size padded to a power of two, at least 16 (plain Python: the launch path
-    is host time, and ``triton.next_power_of_2`` is a constexpr function there)."""
-    return max(1 << (head_size - 1).bit_length(), 16)
 
 
 def _aligned_run(longest: int, strides: Tuple[int, ...]) -> int:
@@ -304,7 +298,7 @@ def launch_plan(
 ) -> Tuple[PrefillConfig, bool]:
     """The config a launch without ``config`` runs and whether it gathers its context
     (before any out-of-memory fallback); benchmarks label their rows with it."""
-    d_pad = _d_pad(q.shape[2])
+    d_pad = d_pad_of(q.shape[2])
     cfg, gather, _, _ = _plan(q, k_cache, block_table, d_pad, None, None)
     return cfg, gather
 
@@ -342,7 +336,7 @@ def prefix_prefill_triton(
     """
     num_seqs = seq_lens.shape[0]
     num_heads, head_size = q.shape[1], q.shape[2]
-    d_pad = _d_pad(head_size)
+    d_pad = d_pad_of(head_size)
     cfg, gather, fp8_tuned, gather_dtype = _plan(q, k_cache, block_table, d_pad, config, gather)
     fp8 = k_cache.element_size() == 1
     if cfg.block_m % cfg.block_n:
@@ -377,7 +371,7 @@ def prefix_prefill_triton(
     queries = cfg.block_m // heads_per_program
     num_m_tiles = -(-max_query_len // queries)
     window = sliding_window if sliding_window and sliding_window > 0 else 0
-    k_run, v_run = paged_runs(k_cache, v_cache, cfg.block_n)
+    k_run, v_run = _runs(k_cache.shape[4], kcs, v_cache.shape[3], vcs, cfg.block_n)
     grid = (num_m_tiles, num_seqs, num_heads // heads_per_program)
     _prefix_prefill_kernel[grid](
         q, k, v, o, k_cache, v_cache, block_table, query_start, seq_lens,

@@ -101,9 +101,7 @@ def prefill_configs(device: torch.device) -> Dict[tuple, tuple]:
     (padded head size, element bytes) -> (block_m, block_n, num_warps, num_stages).
     Empty without tables, off CUDA, or where no table names the device (built-in
     defaults then; ``prefill_launch`` asks once per process)."""
-    if not _files() or device.type != "cuda":
-        return {}
-    table = _device_table(device)
+    table = _prefill_table(device)
     return dict(table.prefill_configs) if table is not None else {}
 
 
@@ -111,7 +109,12 @@ def prefill_small(device: torch.device) -> Dict[tuple, tuple]:
     """The size tiers of those configs, from the same table: (padded head size, element
     bytes) -> (below, config or None): launches whose ``prefill_launch.work_estimate``
     is under ``below`` run that config (None: the built-in default)."""
+    table = _prefill_table(device)
+    return dict(table.prefill_small) if table is not None else {}
+
+
+def _prefill_table(device: torch.device) -> Any:
+    """The table naming this CUDA device, or None (no tables, or off CUDA)."""
     if not _files() or device.type != "cuda":
-        return {}
-    table = _device_table(device)
-    return dict(getattr(table, "prefill_small", {})) if table is not None else {}
+        return None
+    return _device_table(device)

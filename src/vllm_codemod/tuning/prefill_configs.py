@@ -19,7 +19,7 @@ built-in table stays in charge.
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .decode_inputs import TOLERANCE
 from .measure import MARGIN, _failure
@@ -143,6 +143,17 @@ def prefill_candidates(
     return chosen[:MAX_CANDIDATES]
 
 
+def _fastest(
+    ok: Sequence[Dict[str, Any]], default: Dict[str, Any], total: Callable[[Dict[str, Any]], float]
+) -> Dict[str, Any]:
+    """The result of smallest ``total`` among ``ok`` (which holds ``default``); the
+    default unless beaten by ``MARGIN``, and on ties."""
+    best = min(ok, key=total)  # the first of equals: the default comes first
+    if best is not default and total(best) > total(default) * (1 - MARGIN):
+        return default
+    return best
+
+
 def choose(results: Sequence[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
     """The winning result: ``results[0]`` is the default; a candidate timed "ok" on every
     point with the smallest total wins if it beats the default's total by ``MARGIN``.
@@ -150,28 +161,13 @@ def choose(results: Sequence[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
     default = results[0]
     if default.get("status") != "ok" or default.get("us") is None:
         return None
-    best = default
-    for result in results[1:]:
-        if result.get("status") == "ok" and result.get("us") is not None:
-            if result["us"] < best["us"]:
-                best = result
-    if best is not default and best["us"] > default["us"] * (1 - MARGIN):
-        return default
-    return best
+    ok = [default] + [r for r in results[1:] if r.get("status") == "ok" and r.get("us") is not None]
+    return _fastest(ok, default, lambda result: result["us"])
 
 
-def _tier_winner(
-    ok: Sequence[Dict[str, Any]], default: Dict[str, Any], points: Sequence[int]
-) -> Dict[str, Any]:
-    """The fastest result over ``points``; the default unless beaten by ``MARGIN``."""
-
-    def total(result: Dict[str, Any]) -> float:
-        return sum(result["point_us"][i] for i in points)
-
-    best = min(ok, key=total)
-    if best is not default and total(best) > total(default) * (1 - MARGIN):
-        return default
-    return best
+def _over(points: Sequence[int]) -> Callable[[Dict[str, Any]], float]:
+    """A result's total time over ``points`` (indices into its ``point_us``)."""
+    return lambda result: sum(result["point_us"][i] for i in points)
 
 
 def choose_tiers(
@@ -200,12 +196,12 @@ def choose_tiers(
         low, high = works[order[k - 1]], works[order[k]]
         if low >= high:
             continue
-        small = _tier_winner(ok, default, order[:k])
-        large = _tier_winner(ok, default, order[k:])
+        over_small, over_large = _over(order[:k]), _over(order[k:])
+        small = _fastest(ok, default, over_small)
+        large = _fastest(ok, default, over_large)
         if small is large:
             continue
-        total = sum(small["point_us"][i] for i in order[:k])
-        total += sum(large["point_us"][i] for i in order[k:])
+        total = over_small(small) + over_large(large)
         if best is None or total < best[3]:
             best = (small, large, max(math.isqrt(low * high), low + 1), total)
     if best is None or best[3] >= single["us"] * (1 - MARGIN):
