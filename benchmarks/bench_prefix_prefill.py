@@ -112,11 +112,12 @@ def ours(
     config: Optional[PrefillConfig] = None,
     pack: Optional[int] = None,
     gather: Optional[bool] = None,
+    m_last: bool = False,
 ) -> Callable[[], None]:
     kwargs = launch_arguments(a)
 
     def run() -> None:
-        prefix_prefill_triton(**kwargs, config=config, pack=pack, gather=gather)
+        prefix_prefill_triton(**kwargs, config=config, pack=pack, gather=gather, m_last=m_last)
 
     return run
 
@@ -268,14 +269,20 @@ def bench_case(name: str, peak: float, args, trees) -> Dict[str, Any]:
     print(f"{name}: {work / 1e12:.2f} TFLOP, default config {tuple(default)} {how}", flush=True)
     rows = []
     gathers = [False, True] if args.gather else [None]  # None: the launcher's choice
+    orders = [False, True] if args.m_last else [False]
     variants = [
-        (c, p, g) for c in [None] + args.config for p in [None] + args.pack for g in gathers
+        (c, p, g, m)
+        for c in [None] + args.config
+        for p in [None] + args.pack
+        for g in gathers
+        for m in orders
     ]
-    for cfg, pack, gather in variants:
+    for cfg, pack, gather, m_last in variants:
         label = f"ours {tuple(cfg or default)}" + (f" pack {pack}" if pack else "")
         label += {None: "", False: " paged", True: " gathered"}[gather]
+        label += " m-last" if m_last else ""
         try:
-            fn = ours(a, cfg, pack, gather)
+            fn = ours(a, cfg, pack, gather, m_last)
             rows.append(row_of(label, a, fn, work, peak, no_time=args.no_time, host=args.host))
         except Exception as exc:  # a config this device cannot compile (shared memory)
             print(f"    {label}: failed ({type(exc).__name__}: {str(exc)[:80]})")
@@ -343,6 +350,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument(
         "--gather", action="store_true",
         help="time each of ours paged and with the context first copied to contiguous buffers",
+    )  # fmt: skip
+    parser.add_argument(
+        "--m-last", action="store_true",
+        help="each of ours also with the grid ordered query tile slowest",
     )  # fmt: skip
     parser.add_argument("--no-baselines", action="store_true")
     parser.add_argument(

@@ -341,11 +341,18 @@ def _prefix_prefill_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     FP8: tl.constexpr, ALIBI: tl.constexpr, WINDOW: tl.constexpr, SKIP_DECODE: tl.constexpr,
     K_RUN: tl.constexpr, V_RUN: tl.constexpr, K_3D: tl.constexpr, LEGACY: tl.constexpr,
-    PACK: tl.constexpr, QUERIES: tl.constexpr, GATHERED: tl.constexpr,
+    PACK: tl.constexpr, QUERIES: tl.constexpr, GATHERED: tl.constexpr, M_LAST: tl.constexpr,
 ):  # fmt: skip
-    m_tile = num_m_tiles - 1 - tl.program_id(0)  # longest tiles first
+    # Longest tiles first: of each (sequence, head) (M_LAST False: programs that share a
+    # kv head's K/V run together), or of the whole grid (M_LAST: the short tiles of every
+    # head fill the last wave).
+    if M_LAST:
+        m_tile = num_m_tiles - 1 - tl.program_id(2)
+        head0 = tl.program_id(0) * PACK  # the first of the PACK query heads of this program
+    else:
+        m_tile = num_m_tiles - 1 - tl.program_id(0)
+        head0 = tl.program_id(2) * PACK
     seq = tl.program_id(1)
-    head0 = tl.program_id(2) * PACK  # the first of the PACK query heads of this program
     kv_head = head0 // GROUP
 
     q_begin = tl.load(QUERY_START + seq)

@@ -323,6 +323,7 @@ def prefix_prefill_triton(
     config: Optional[PrefillConfig] = None,
     pack: Optional[int] = None,
     gather: Optional[bool] = None,
+    m_last: bool = False,
 ) -> None:
     """vLLM's ``context_attention_fwd`` on the GPU; writes ``o`` (see prefill_kernels).
 
@@ -332,7 +333,8 @@ def prefix_prefill_triton(
     query_start ``[seqs + 1]``; seq_lens ``[seqs]`` = cached + new tokens.
     ``pack`` overrides :func:`gqa_pack` (query heads per program; benchmarks and tests);
     ``gather`` whether the context is first copied into contiguous buffers
-    (``prefill_gather``).
+    (``prefill_gather``); ``m_last`` orders the grid query tile slowest (every head's
+    longest tiles first; benchmarks).
     """
     num_seqs = seq_lens.shape[0]
     num_heads, head_size = q.shape[1], q.shape[2]
@@ -373,6 +375,8 @@ def prefix_prefill_triton(
     window = sliding_window if sliding_window and sliding_window > 0 else 0
     k_run, v_run = _runs(k_cache.shape[4], kcs, v_cache.shape[3], vcs, cfg.block_n)
     grid = (num_m_tiles, num_seqs, num_heads // heads_per_program)
+    if m_last:
+        grid = grid[::-1]
     _prefix_prefill_kernel[grid](
         q, k, v, o, k_cache, v_cache, block_table, query_start, seq_lens,
         alibi_slopes if alibi_slopes is not None else q,
@@ -387,7 +391,8 @@ def prefix_prefill_triton(
         FP8=fp8, ALIBI=alibi_slopes is not None, WINDOW=window > 0,
         SKIP_DECODE=bool(skip_decode), K_RUN=k_run, V_RUN=v_run,
         K_3D=HAS_PERMUTE, LEGACY=not HAS_PERMUTE, PACK=heads_per_program, QUERIES=queries,
-        GATHERED=bool(gather), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        GATHERED=bool(gather), M_LAST=bool(m_last),
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip
 
 

@@ -105,6 +105,17 @@ CASES = {
         SMALL,
     ),
     "default config gathered": ([(150, 140), (0, 33)], 8, 2, 128, 16, BF16, {"gather": True}, None),
+    # the grid ordered query tile slowest: ragged sequences (idle tiles), packed heads
+    "m last packed": (
+        [(37, 40), (0, 17), (9, 3)],
+        4,
+        2,
+        32,
+        16,
+        BF16,
+        {"pack": 2, "m_last": True},
+        SMALL,
+    ),
 }
 
 
@@ -113,8 +124,11 @@ def run(name: str) -> float:
     extra = dict(extra)
     pack = extra.pop("pack", None)
     gather = extra.pop("gather", None)
+    m_last = extra.pop("m_last", False)
     a = make_prefill_inputs(lens, hq, hkv, d, page, dtype, seed=len(name), **extra)
-    prefix_prefill_triton(**launch_arguments(a), config=config, pack=pack, gather=gather)
+    prefix_prefill_triton(
+        **launch_arguments(a), config=config, pack=pack, gather=gather, m_last=m_last
+    )
     return prefill_error(a, a["o"])
 
 
