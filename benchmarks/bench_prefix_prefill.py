@@ -156,17 +156,20 @@ def tree(a: Dict[str, Any], module: types.ModuleType, warps: Optional[int] = Non
 
 
 def gathered(a: Dict[str, Any]) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """q, k, v as [1, heads, len, d] contiguous (one sequence), K/V gathered from pages."""
-    ctx, d = a["ctx"], a["q"].shape[2]
+    """q, k, v as [seqs, heads, len, d] contiguous, K/V gathered from pages (every
+    sequence of a case has the same context and new tokens, so they stack)."""
+    seqs, ctx, new, d = a["seq_lens"].shape[0], a["ctx"], a["new"], a["q"].shape[2]
     kc, vc = a["k_cache"], a["v_cache"]
-    pos = torch.arange(ctx, device="cuda")
-    blocks = a["block_table"][0].long()[pos // PAGE]
-    off = pos % PAGE
-    k_ctx = kc[blocks, :, :, off, :].reshape(ctx, kc.shape[1], d)
-    v_ctx = vc[blocks, :, :, off]
-    k = torch.cat([k_ctx, a["k"]]).transpose(0, 1).unsqueeze(0).contiguous()
-    v = torch.cat([v_ctx, a["v"]]).transpose(0, 1).unsqueeze(0).contiguous()
-    q = a["q"].transpose(0, 1).unsqueeze(0).contiguous()
+    pos = torch.arange(ctx, device=kc.device)
+    blocks = a["block_table"].long()[:, pos // PAGE].reshape(-1)
+    off = (pos % PAGE).repeat(seqs)
+    k_ctx = kc[blocks, :, :, off, :].reshape(seqs, ctx, kc.shape[1], d)
+    v_ctx = vc[blocks, :, :, off].reshape(seqs, ctx, vc.shape[1], d)
+    k_new = a["k"].reshape(seqs, new, *a["k"].shape[1:])
+    v_new = a["v"].reshape(seqs, new, *a["v"].shape[1:])
+    k = torch.cat([k_ctx, k_new], dim=1).transpose(1, 2).contiguous()
+    v = torch.cat([v_ctx, v_new], dim=1).transpose(1, 2).contiguous()
+    q = a["q"].reshape(seqs, new, *a["q"].shape[1:]).transpose(1, 2).contiguous()
     return q, k, v
 
 
@@ -245,7 +248,8 @@ def row_of(
 
 
 def contiguous_out(fn) -> Callable[[], torch.Tensor]:
-    return lambda: fn.out[0].transpose(0, 1)
+    """A baseline's [seqs, heads, new, d] output as the kernel's [tokens, heads, d]."""
+    return lambda: fn.out.transpose(1, 2).reshape(-1, *fn.out.shape[1:2], fn.out.shape[3])
 
 
 def case_name(seqs: int, ctx: int, new: int, hq: int, hkv: int, d: int) -> str:
@@ -290,7 +294,7 @@ def bench_case(name: str, peak: float, args, trees) -> Dict[str, Any]:
     if not args.no_baselines:
         for label, module, warps in trees:
             rows.append(row_of(label, a, tree(a, module, warps), work, peak, no_time=args.no_time))
-        if seqs == 1 and args.kv_cache_dtype == "auto" and not args.alibi and not args.window:
+        if args.kv_cache_dtype == "auto" and not args.alibi and not args.window:
             for label, make_fn in (("torch SDPA", sdpa), ("FlexAttention", flex)):
                 try:
                     fn = make_fn(a)
