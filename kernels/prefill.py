@@ -273,12 +273,12 @@ def _requested() -> str:
     return choice
 
 
-#: The oldest Triton the bundled prefill kernel is used on.  Under Triton 2.1.0 its
-#: ``LEGACY`` forms compile (48 of 48 non-fp8 launches, CPU check), but every default
-#: config needs 50-66 KB of shared memory there (over the BI-V100's 48 KB), fp8 caches do
-#: not compile, and nothing was run on a GPU (docs/kernel-notes.md, "Prefix prefill on
-#: Triton 2.1"); 2.2 and 2.3 were not checked.
-MIN_TRITON = (3, 0)
+#: The oldest Triton the bundled prefill kernel is used on.  Triton 2.1.0 compiles its
+#: ``LEGACY`` forms (every 16-bit and fp32 launch of the compile check, within 48 KB at
+#: the 2.x configs, ``prefill_launch.LEGACY_CONFIGS``); fp8 caches are refused there (the
+#: tree's kernel runs them).  Older Triton: the tree's kernel, built for it.  Nothing ran
+#: on a GPU under Triton 2.x (docs/kernel-notes.md, "Prefix prefill on Triton 2.1").
+MIN_TRITON = (2, 1)
 
 
 def _triton_version(triton: Any) -> Tuple[int, int]:
@@ -302,7 +302,7 @@ def _triton_launch():
             if _is_placeholder(triton):
                 raise ImportError(f"'triton' is a placeholder ({type(triton).__name__})")
             if _triton_version(triton) < MIN_TRITON:
-                _triton_state["too_old"] = f"Triton {triton.__version__} is older than 3.0"
+                _triton_state["too_old"] = f"Triton {triton.__version__} is older than 2.1"
                 raise ImportError(_triton_state["too_old"])
             from .prefill_launch import prefix_prefill_triton
         except Exception as exc:  # ImportError, or a Triton that fails at import

@@ -59,6 +59,24 @@ FP8_CACHE_CONFIGS: Dict[int, PrefillConfig] = {
     256: PrefillConfig(32, 32, 4, 1),
 }
 
+#: Triton 2.x (no ``tl.permute``: the kernel's ``LEGACY`` forms) lays the same tiles out
+#: with more shared memory than 3.x (53 KB at the 3.x head-128 default; the compile
+#: check on Triton 2.1), so it gets tiles that fit 48 KB there: 16-bit, then fp32 inputs.
+#: fp32 at head 256 has none (50 KB at the smallest tiles, 16 x 16): such launches, and
+#: fp8 caches, are refused (:class:`Triton2Refusal`; the tree's kernel runs them).
+#: Compile-checked only: no GPU with Triton 2.x was reachable to time them.
+LEGACY_CONFIGS: Dict[int, PrefillConfig] = {
+    32: PrefillConfig(64, 64, 4, 2),
+    64: PrefillConfig(64, 64, 4, 2),
+    128: PrefillConfig(64, 32, 4, 1),
+    256: PrefillConfig(32, 16, 4, 1),
+}
+LEGACY_FP32_CONFIGS: Dict[int, PrefillConfig] = {
+    32: PrefillConfig(32, 32, 4, 1),
+    64: PrefillConfig(32, 32, 4, 1),
+    128: PrefillConfig(32, 16, 4, 1),
+}
+
 #: Configs a tuning file installed for this process: (padded head, element bytes) -> config.
 _tuned: Dict[Tuple[int, int], PrefillConfig] = {}
 #: Size tiers a tuning file installed: (padded head, element bytes) -> (below, config):
@@ -139,8 +157,21 @@ def _read_tables(device: torch.device) -> None:
                  "size: %s", found, small)  # fmt: skip
 
 
+class Triton2Refusal(ValueError):
+    """A launch the kernel does not make under Triton 2.x (the caller falls back to the
+    tree's kernel, as for any ValueError of the launcher)."""
+
+
 def _built_in(d_pad: int, elem_bytes: int, fp8_cache: bool) -> PrefillConfig:
     key = min(max(d_pad, 32), 256)
+    if not HAS_PERMUTE:  # Triton 2.x; fp8 caches are refused there (the launch)
+        config = (LEGACY_FP32_CONFIGS if elem_bytes > 2 else LEGACY_CONFIGS).get(key)
+        if config is None:
+            raise Triton2Refusal(
+                f"prefill: no {8 * elem_bytes}-bit config for head {d_pad} fits 48 KB "
+                "of shared memory under Triton 2.x"
+            )
+        return config
     if elem_bytes > 2:
         return FP32_CONFIGS[key]
     if fp8_cache and key in FP8_CACHE_CONFIGS:
@@ -336,6 +367,10 @@ def prefix_prefill_triton(
     (``prefill_gather``); ``m_last`` orders the grid query tile slowest (every head's
     longest tiles first; benchmarks).
     """
+    if k_cache.element_size() == 1 and not HAS_PERMUTE:
+        # Triton 2.1 has no torch float8 types and segfaults on the reinterpreted ones
+        # (docs/kernel-notes.md, "Prefix prefill on Triton 2.1"): the tree's kernel.
+        raise Triton2Refusal("prefill: fp8 caches need Triton 3.0 or newer")
     num_seqs = seq_lens.shape[0]
     num_heads, head_size = q.shape[1], q.shape[2]
     d_pad = d_pad_of(head_size)
@@ -402,6 +437,8 @@ __all__ = [
     "FP8_CACHE_CONFIGS",
     "GATHER_LIMIT_BYTES",
     "GATHER_LIMIT_ENV",
+    "LEGACY_CONFIGS",
+    "LEGACY_FP32_CONFIGS",
     "PACKED_CONFIGS",
     "PORTABLE_SHARED_BYTES",
     "PrefillConfig",
@@ -409,6 +446,7 @@ __all__ = [
     "gqa_pack",
     "launch_plan",
     "paged_runs",
+    "Triton2Refusal",
     "pick_config",
     "prefix_prefill_triton",
     "reset_prefill_configs",

@@ -8,6 +8,8 @@ interpreter ignores hints), so each stride that breaks a promise is tried here.
 
 from __future__ import annotations
 
+import types
+
 import pytest
 
 torch = pytest.importorskip("torch")  # the CPU suite runs without torch too
@@ -60,6 +62,54 @@ def test_built_in_configs_by_element_width():
     for d_pad in (128, 256):
         assert launch.pick_config(d_pad, 2, fp8_cache=True) == launch.FP8_CACHE_CONFIGS[d_pad]
         assert launch.pick_config(d_pad, 4, fp8_cache=True) == launch.FP32_CONFIGS[d_pad]
+
+
+def test_triton_2_takes_its_own_48kb_configs_and_refuses_what_has_none(monkeypatch):
+    """Triton 2.x lays the 3.x defaults out in 50-66 KB; it gets tiles that fit 48 KB
+    there (the compile check on 2.1), and refuses fp32 at head 256, which has none."""
+    monkeypatch.setattr(launch, "HAS_PERMUTE", False)
+    for d_pad in (32, 64, 128, 256):
+        assert launch.pick_config(d_pad, 2) == launch.LEGACY_CONFIGS[d_pad]
+    for d_pad in (32, 64, 128):
+        assert launch.pick_config(d_pad, 4) == launch.LEGACY_FP32_CONFIGS[d_pad]
+    with pytest.raises(launch.Triton2Refusal, match="head 256"):
+        launch.pick_config(256, 4)
+    # a tuning file measured on the device still decides
+    tuned = launch.PrefillConfig(32, 32, 2, 1)
+    try:
+        launch.set_prefill_configs({(256, 4): tuned})
+        assert launch.pick_config(256, 4) == tuned
+    finally:
+        launch.reset_prefill_configs()
+
+
+@pytest.mark.parametrize(
+    "kv_cache_dtype, head, dtype", [("fp8", 64, torch.bfloat16), ("auto", 256, torch.float32)]
+)
+def test_triton_2_refusals_reach_the_tree_kernel_not_the_gpu(
+    monkeypatch, kv_cache_dtype, head, dtype
+):
+    """fp8 caches (Triton 2.1 has no torch float8 types) and fp32 at head 256 under
+    Triton 2.x: the launcher refuses before any kernel or copy runs, and the router
+    hands the call to the tree's kernel."""
+    from vllm_codemod.kernels import prefill
+    from vllm_codemod.kernels.prefill_cases import launch_arguments, make_prefill_inputs
+
+    kernel = _Recorder()
+    monkeypatch.setattr(launch, "_prefix_prefill_kernel", kernel)
+    monkeypatch.setattr(launch, "HAS_PERMUTE", False)
+    a = make_prefill_inputs([(40, 20)], 4, 2, head, 16, dtype, kv_cache_dtype=kv_cache_dtype)
+    with pytest.raises(launch.Triton2Refusal):
+        launch.prefix_prefill_triton(**launch_arguments(a))
+    assert kernel.calls == []
+    call = types.SimpleNamespace(
+        q=types.SimpleNamespace(is_cuda=True, dtype=dtype),
+        k_cache=types.SimpleNamespace(dtype=a["k_cache"].dtype),
+        kwargs=lambda: launch_arguments(a),
+    )
+    monkeypatch.setattr(prefill, "_triton_launch", lambda: launch.prefix_prefill_triton)
+    assert prefill.run(call) == "tree"
+    assert kernel.calls == []
 
 
 def test_gqa_pack_takes_power_of_two_groups():
