@@ -403,6 +403,30 @@ def test_a_triton_older_than_2_1_leaves_cuda_calls_to_the_tree(monkeypatch):
         prefill.run(call, "triton")
 
 
+@pytest.mark.parametrize(
+    "version, used",
+    [
+        ("2.0.0", False),
+        ("2.1.0", True),
+        ("2.2.0", False),
+        ("2.3.1", False),
+        ("3.0.0", True),
+        ("3.6.0", True),
+    ],
+)
+def test_the_releases_the_kernel_runs_on(monkeypatch, version, used):
+    """2.1 and 3.x: compile-checked; 2.2 and 2.3 (a staged compiler API the check does
+    not reach) and anything older: the tree's kernel."""
+    fake = types.ModuleType("triton")
+    fake.__version__ = version
+    fake.__file__ = "/site-packages/triton/__init__.py"
+    monkeypatch.setitem(sys.modules, "triton", fake)
+    state = {"checked": False, "launch": None, "error": None}
+    monkeypatch.setattr(prefill, "_triton_state", state)
+    prefill._triton_launch()
+    assert ("too_old" not in state) == used
+
+
 def test_triton_version_parsing():
     assert prefill._triton_version(types.SimpleNamespace(__version__="3.6.0")) == (3, 6)
     assert prefill._triton_version(types.SimpleNamespace(__version__="2.1.0+abc")) == (2, 1)
