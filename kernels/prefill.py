@@ -273,15 +273,12 @@ def _requested() -> str:
     return choice
 
 
-#: The Triton releases the bundled prefill kernel is used on: 2.1 and 3.0 on.  Triton
-#: 2.1.0 compiles its ``LEGACY`` forms (every 16-bit and fp32 launch of the compile
-#: check, within 48 KB at the 2.x configs, ``prefill_launch.LEGACY_CONFIGS``; fp8 caches
-#: are refused there).  2.2 and 2.3 changed the compiler's staged API, so the compile
-#: check does not reach them, and 2.1's own compiler hung on an earlier form of this
-#: kernel: unchecked, they run the tree's kernel, as anything older does.  Nothing ran on
-#: a GPU under Triton 2.x (docs/kernel-notes.md, "Prefix prefill on Triton 2.1").
+#: The oldest Triton the bundled prefill kernel is used on.  Triton 2.1, 2.2 and 2.3
+#: compile its ``LEGACY`` forms (every 16-bit and fp32 launch of the compile check,
+#: within 48 KB at the 2.x configs, ``prefill_launch.LEGACY_CONFIGS``; fp8 caches are
+#: refused there).  Older Triton: the tree's kernel, built for it.  Nothing ran on a GPU
+#: under Triton 2.x (docs/kernel-notes.md, "Prefix prefill, session 17").
 MIN_TRITON = (2, 1)
-UNCHECKED_TRITON = ((2, 2), (2, 3))
 
 
 def _triton_version(triton: Any) -> Tuple[int, int]:
@@ -293,8 +290,8 @@ def _triton_version(triton: Any) -> Tuple[int, int]:
 
 
 def _triton_launch():
-    """``prefix_prefill_triton``, or None where Triton is missing, vLLM's placeholder,
-    older than ``MIN_TRITON`` or unchecked (then ``_triton_state["too_old"]`` says so)."""
+    """``prefix_prefill_triton``, or None where Triton is missing, vLLM's placeholder, or
+    older than ``MIN_TRITON`` (then ``_triton_state["too_old"]`` says so)."""
     if not _triton_state["checked"]:
         _triton_state["checked"] = True
         try:
@@ -304,15 +301,8 @@ def _triton_launch():
 
             if _is_placeholder(triton):
                 raise ImportError(f"'triton' is a placeholder ({type(triton).__name__})")
-            version = _triton_version(triton)
-            if version < MIN_TRITON:
+            if _triton_version(triton) < MIN_TRITON:
                 _triton_state["too_old"] = f"Triton {triton.__version__} is older than 2.1"
-                raise ImportError(_triton_state["too_old"])
-            if version in UNCHECKED_TRITON:
-                _triton_state["too_old"] = (
-                    f"Triton {triton.__version__} is not checked with the bundled prefill "
-                    "kernel (2.1 and 3.x are)"
-                )
                 raise ImportError(_triton_state["too_old"])
             from .prefill_launch import prefix_prefill_triton
         except Exception as exc:  # ImportError, or a Triton that fails at import

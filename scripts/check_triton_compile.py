@@ -22,8 +22,9 @@ Each compile reports the shared memory one program needs; a table config whose k
 need more than ``--smem-limit`` bytes (default 49152: 48 KB, the BI-V100's per-program
 limit) fails the check, and a table gives the largest need per config and cc.
 
-Supports Triton 2.1 (``triton.compile(fn, signature=..., constants=..., configs=...)``
-stage functions) and Triton 3.x (``triton.compile(ASTSource(...), target=GPUTarget(...))``).
+Supports Triton 2.1 and 2.2 (their stage functions: ``ast_to_ttir`` ... ``ptx_to_cubin``,
+2.2's taking a ``CudaTargetDescriptor``), 2.3 (its ``CUDABackend`` stages) and 3.x
+(``triton.compile(ASTSource(...), target=GPUTarget(...))``).
 
     python3 scripts/check_triton_compile.py [--cc 80,90] [--full] [--jobs N]
 
@@ -352,6 +353,64 @@ def compile_21(fn, args, opts, cc):
     return stage, shared
 
 
+def compile_22(fn, args, opts, cc):
+    """Triton 2.2: 2.1's stages, each taking a ``CudaTargetDescriptor``."""
+    from triton._C.libtriton.triton import ClusterInfo, TMAInfos
+    from triton.compiler.compiler import (
+        CudaTargetDescriptor,
+        ast_to_ttir,
+        llir_to_ptx,
+        optimize_ttgir,
+        optimize_ttir,
+        ptx_to_cubin,
+        ttgir_to_llir,
+        ttir_to_ttgir,
+    )
+
+    configs, constants, signature = _specialize_2x(fn, args)
+    warps, stages = opts.get("num_warps", 4), opts.get("num_stages", 3)  # the JIT's defaults
+    target = CudaTargetDescriptor(capability=cc, num_warps=warps, enable_fp_fusion=True)
+    mod = ast_to_ttir(fn, signature, configs, constants, debug=False, target=target)
+    mod = optimize_ttir(mod, target)
+    mod = ttir_to_ttgir(mod, warps, 1, target)
+    mod = optimize_ttgir(mod, stages, warps, 1, target, ClusterInfo(), False, False, False)
+    llir = ttgir_to_llir(mod, {}, target, TMAInfos())
+    shared = _shared_21(mod)
+    ptx_to_cubin(llir_to_ptx(llir, target), target)
+    return "cubin", shared
+
+
+def compile_23(fn, args, opts, cc):
+    """Triton 2.3: the stages its ``compile(ASTSource(...))`` runs, without the launcher
+    stub that needs a CUDA driver."""
+    from triton.compiler import ASTSource
+    from triton.compiler.backends.cuda import CUDABackend
+
+    configs, constants, signature = _specialize_2x(fn, args)
+    src = ASTSource(fn, signature, constants, configs)
+    backend = CUDABackend(("cuda", cc))
+    options = backend.parse_options(dict(opts, debug=False))
+    metadata = {"target": ("cuda", cc), **options.__dict__, **src.metadata()}
+    stages: dict = {}
+    backend.add_stages(stages, options)
+    module = src.make_ir(options)
+    for compile_ir in stages.values():
+        module = compile_ir(module, metadata)
+    assert isinstance(module, bytes)  # the cubin
+    return "cubin", int(metadata["shared"])
+
+
+def _specialize_2x(fn, args):
+    """The JIT's specialization of one launch (Triton 2.2/2.3): configs, constants, signature."""
+    configs = fn._get_config(*args)
+    constants = {i: a for i, a in enumerate(args) if i in fn.constexprs or a is None}
+    constants.update({i: 1 for i in configs.equal_to_1})
+    signature = {
+        i: fn._type_of(fn._key_of(a)) for i, a in enumerate(args) if i not in fn.constexprs
+    }
+    return configs, constants, signature
+
+
 def _shared_21(mod):
     """Shared memory bytes of a Triton 2.1 TTGIR module, read as Triton 2.1's own compile
     does (after the LLVM IR lowering set it: reading it earlier crashes the process)."""
@@ -408,8 +467,12 @@ def compile_one(index):
     fn = KERNELS[name]
     t0 = time.time()
     try:
-        if TRITON_MAJOR_MINOR < (3, 0):
+        if TRITON_MAJOR_MINOR < (2, 2):
             stage, shared = compile_21(fn, args, opts, cc)
+        elif TRITON_MAJOR_MINOR < (2, 3):
+            stage, shared = compile_22(fn, args, opts, cc)
+        elif TRITON_MAJOR_MINOR < (3, 0):
+            stage, shared = compile_23(fn, args, opts, cc)
         else:
             stage, shared = compile_3x(fn, args, opts, cc)
         return "ok", stage, time.time() - t0, shared
