@@ -331,13 +331,7 @@ def compile_21(fn, args, opts, cc):
         ttir_to_ttgir,
     )
 
-    configs = fn._get_config(*args)
-    constants = {i: args[i] for i in fn.constexprs}
-    constants.update({i: None for i, a in enumerate(args) if a is None})
-    constants.update({i: 1 for i in configs.equal_to_1})
-    signature = {
-        i: fn._type_of(fn._key_of(a)) for i, a in enumerate(args) if i not in fn.constexprs
-    }
+    configs, constants, signature = _specialize_2x(fn, args)
     stage = "ttir"
     mod = optimize_ttir(ast_to_ttir(fn, signature, configs, constants, debug=False, arch=cc), cc)
     stage = "ttgir"
@@ -401,7 +395,7 @@ def compile_23(fn, args, opts, cc):
 
 
 def _specialize_2x(fn, args):
-    """The JIT's specialization of one launch (Triton 2.2/2.3): configs, constants, signature."""
+    """The JIT's specialization of one launch (Triton 2.x): configs, constants, signature."""
     configs = fn._get_config(*args)
     constants = {i: a for i, a in enumerate(args) if i in fn.constexprs or a is None}
     constants.update({i: 1 for i in configs.equal_to_1})
