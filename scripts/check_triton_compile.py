@@ -321,56 +321,41 @@ def _dtype_of(fn, args):
 
 
 def compile_21(fn, args, opts, cc):
-    from triton.compiler.compiler import (
-        ast_to_ttir,
-        llir_to_ptx,
-        optimize_ttgir,
-        optimize_ttir,
-        ptx_to_cubin,
-        ttgir_to_llir,
-        ttir_to_ttgir,
-    )
+    from triton.compiler import compiler as tc
 
     configs, constants, signature = _specialize_2x(fn, args)
     stage = "ttir"
-    mod = optimize_ttir(ast_to_ttir(fn, signature, configs, constants, debug=False, arch=cc), cc)
+    mod = tc.optimize_ttir(
+        tc.ast_to_ttir(fn, signature, configs, constants, debug=False, arch=cc), cc
+    )
     stage = "ttgir"
     warps, stages = opts.get("num_warps", 4), opts.get("num_stages", 3)  # the JIT's defaults
-    mod = optimize_ttgir(ttir_to_ttgir(mod, warps), stages, cc)
+    mod = tc.optimize_ttgir(tc.ttir_to_ttgir(mod, warps), stages, cc)
     stage = "llir"
-    llir = ttgir_to_llir(mod, {}, cc)
+    llir = tc.ttgir_to_llir(mod, {}, cc)
     shared = _shared_21(mod)  # the attribute is set while lowering to LLVM IR (not before)
     stage = "ptx"
-    ptx = llir_to_ptx(llir, cc)
+    ptx = tc.llir_to_ptx(llir, cc)
     stage = "cubin"
-    ptx_to_cubin(ptx, cc)
+    tc.ptx_to_cubin(ptx, cc)
     return stage, shared
 
 
 def compile_22(fn, args, opts, cc):
     """Triton 2.2: 2.1's stages, each taking a ``CudaTargetDescriptor``."""
     from triton._C.libtriton.triton import ClusterInfo, TMAInfos
-    from triton.compiler.compiler import (
-        CudaTargetDescriptor,
-        ast_to_ttir,
-        llir_to_ptx,
-        optimize_ttgir,
-        optimize_ttir,
-        ptx_to_cubin,
-        ttgir_to_llir,
-        ttir_to_ttgir,
-    )
+    from triton.compiler import compiler as tc
 
     configs, constants, signature = _specialize_2x(fn, args)
     warps, stages = opts.get("num_warps", 4), opts.get("num_stages", 3)  # the JIT's defaults
-    target = CudaTargetDescriptor(capability=cc, num_warps=warps, enable_fp_fusion=True)
-    mod = ast_to_ttir(fn, signature, configs, constants, debug=False, target=target)
-    mod = optimize_ttir(mod, target)
-    mod = ttir_to_ttgir(mod, warps, 1, target)
-    mod = optimize_ttgir(mod, stages, warps, 1, target, ClusterInfo(), False, False, False)
-    llir = ttgir_to_llir(mod, {}, target, TMAInfos())
+    target = tc.CudaTargetDescriptor(capability=cc, num_warps=warps, enable_fp_fusion=True)
+    mod = tc.ast_to_ttir(fn, signature, configs, constants, debug=False, target=target)
+    mod = tc.optimize_ttir(mod, target)
+    mod = tc.ttir_to_ttgir(mod, warps, 1, target)
+    mod = tc.optimize_ttgir(mod, stages, warps, 1, target, ClusterInfo(), False, False, False)
+    llir = tc.ttgir_to_llir(mod, {}, target, TMAInfos())
     shared = _shared_21(mod)
-    ptx_to_cubin(llir_to_ptx(llir, target), target)
+    tc.ptx_to_cubin(tc.llir_to_ptx(llir, target), target)
     return "cubin", shared
 
 
