@@ -17,10 +17,11 @@ from __future__ import annotations
 import logging
 import math
 import os
-from typing import Any, Dict, Optional, Set, Tuple
+from typing import Any, Dict, NamedTuple, Optional, Set, Tuple
 
 import torch
 
+from .prefill_declines import Declined, Triton2Refusal
 from .prefill_signature import (
     ORDER_0_4,
     ORDER_0_7,
@@ -47,17 +48,26 @@ _triton_failed: Set[Tuple[torch.dtype, torch.dtype]] = set()  # (q, cache) dtype
 _scale_tensors: Dict[Tuple[float, torch.device], torch.Tensor] = {}
 
 
-class Declined(Exception):
-    """The call has something the bundled kernel does not support (the message says what)."""
+class Route(NamedTuple):
+    """Where one call went: ``path`` "triton", "torch" or "tree" (declined).
+
+    For "tree", ``reason`` says why, and ``setup`` whether this box's setup, not the call,
+    is the cause: a Triton release the kernel makes no launch for (too old, or a
+    :class:`Triton2Refusal`) or ``VLLM_CODEMOD_PREFILL_BACKEND=tree``.  ``verify`` reports
+    such a case as skipped; any other decline of its well-formed cases is a failure."""
+
+    path: str
+    reason: str = ""
+    setup: bool = False
 
 
-def _decline(reason: str) -> str:
+def _decline(reason: str, setup: bool = False) -> Route:
     if reason not in _logged:
         _logged.add(reason)
         logger.debug(
             "vllm-codemod prefix prefill: %s; the tree's own kernel runs this call", reason
         )
-    return "tree"
+    return Route("tree", reason, setup)
 
 
 def _positional_order(args: Tuple[Any, ...]) -> Tuple[str, ...]:
@@ -312,15 +322,15 @@ def _triton_launch():
     return _triton_state["launch"]
 
 
-def _torch_path(call: PrefillCall) -> str:
+def _torch_path(call: PrefillCall) -> Route:
     from .prefill_torch import prefix_prefill_torch
 
     prefix_prefill_torch(**call.kwargs())
-    return "torch"
+    return Route("torch")
 
 
-def run(call: PrefillCall, choice: str = "auto") -> str:
-    """Write ``call.o``; the path taken: "triton", "torch", or "tree" (declined)."""
+def run(call: PrefillCall, choice: str = "auto") -> Route:
+    """Write ``call.o`` and say which path did, or why the tree's kernel must."""
     if choice == "torch":
         return _torch_path(call)
     if choice == "triton":
@@ -330,20 +340,22 @@ def run(call: PrefillCall, choice: str = "auto") -> str:
                 f"{BACKEND_ENV}=triton but Triton is unusable here: {_triton_state['error']}"
             )
         launch(**call.kwargs())
-        return "triton"
+        return Route("triton")
     if not call.q.is_cuda:
         return _torch_path(call)  # Triton is not even imported for CPU tensors
     launch = _triton_launch()
     if launch is None:
         if _triton_state.get("too_old"):  # the tree's kernel was built for this Triton
-            return _decline(_triton_state["too_old"])
+            return _decline(_triton_state["too_old"], setup=True)
         return _torch_path(call)  # the tree's kernel needs Triton too
     dtypes = (call.q.dtype, call.k_cache.dtype)
     if dtypes in _triton_failed:
         return _decline(f"the bundled Triton kernel failed earlier for {dtypes}")
     try:
         launch(**call.kwargs())
-        return "triton"
+        return Route("triton")
+    except Triton2Refusal as exc:
+        return _decline(f"launcher refused the call: {exc}", setup=True)
     except ValueError as exc:  # a layout the launcher does not take (e.g. strided heads)
         return _decline(f"launcher refused the call: {exc}")
     except Exception as exc:  # compile or launch failure on this box
@@ -355,19 +367,24 @@ def run(call: PrefillCall, choice: str = "auto") -> str:
             type(exc).__name__,
             exc,
         )
-        return "tree"
+        return Route("tree", f"{type(exc).__name__}: {exc}")
 
 
-def context_attention_fwd_with_path(*args: Any, **kwargs: Any) -> str:
-    """Same as :func:`context_attention_fwd`, returning the path ("tree" when declined)."""
+def route(*args: Any, **kwargs: Any) -> Route:
+    """:func:`context_attention_fwd`, saying where the call went and why (``verify``)."""
     choice = _requested()
     if choice == "tree":
-        return _decline(f"{BACKEND_ENV}=tree")
+        return _decline(f"{BACKEND_ENV}=tree", setup=True)
     try:
         call = normalize(bind(args, kwargs))
     except Declined as exc:
         return _decline(str(exc))
     return run(call, choice)
+
+
+def context_attention_fwd_with_path(*args: Any, **kwargs: Any) -> str:
+    """Same as :func:`context_attention_fwd`, returning the path ("tree" when declined)."""
+    return route(*args, **kwargs).path
 
 
 def context_attention_fwd(*args: Any, **kwargs: Any) -> bool:

@@ -19,6 +19,7 @@ import torch
 
 from .decode_launch import HAS_PERMUTE  # Triton 3.0+: the 3-D K load
 from .log import log
+from .prefill_declines import Triton2Refusal
 from .prefill_gather import d_pad_of, gather_context, gathered_bytes
 from .prefill_kernels import LOG2E, _prefix_prefill_kernel
 
@@ -155,11 +156,6 @@ def _read_tables(device: torch.device) -> None:
     if found or small:
         log.info("vllm-codemod: prefill launch configs from a tuning table: %s; below a "
                  "size: %s", found, small)  # fmt: skip
-
-
-class Triton2Refusal(ValueError):
-    """A launch the kernel does not make under Triton 2.x (the caller falls back to the
-    tree's kernel, as for any ValueError of the launcher)."""
 
 
 def _built_in(d_pad: int, elem_bytes: int, fp8_cache: bool) -> PrefillConfig:

@@ -108,8 +108,29 @@ def test_triton_2_refusals_reach_the_tree_kernel_not_the_gpu(
         kwargs=lambda: launch_arguments(a),
     )
     monkeypatch.setattr(prefill, "_triton_launch", lambda: launch.prefix_prefill_triton)
-    assert prefill.run(call) == "tree"
+    taken = prefill.run(call)
+    assert taken.path == "tree" and "Triton" in taken.reason
+    assert taken.setup  # the box's Triton, not the call: verify skips such a case
     assert kernel.calls == []
+
+
+def test_a_launcher_that_refuses_a_plain_call_is_no_setup_limit(monkeypatch):
+    """Any other ValueError still sends the call to the tree's kernel, but verify must
+    count it as a failure: its cases are calls the launcher should take."""
+    from vllm_codemod.kernels import prefill
+
+    def refuses(**kwargs):
+        raise ValueError("strided heads")
+
+    monkeypatch.setattr(prefill, "_triton_launch", lambda: refuses)
+    call = types.SimpleNamespace(
+        q=types.SimpleNamespace(is_cuda=True, dtype=torch.bfloat16),
+        k_cache=types.SimpleNamespace(dtype=torch.bfloat16),
+        kwargs=dict,
+    )
+    taken = prefill.run(call)
+    assert taken.path == "tree" and "strided heads" in taken.reason
+    assert not taken.setup
 
 
 def test_gqa_pack_takes_power_of_two_groups():

@@ -177,7 +177,9 @@ def test_declines_leave_o_untouched_and_log_once_at_debug(change, reason, caplog
     change(case, kwargs)
     caplog.set_level(logging.DEBUG, logger=LOGGER)
     assert prefill.context_attention_fwd(**kwargs) is False
-    assert prefill.context_attention_fwd(**kwargs) is False
+    taken = prefill.route(**kwargs)
+    assert taken.path == "tree" and reason in taken.reason
+    assert not taken.setup  # the call, not the box: verify would count it as a failure
     assert torch.isnan(case.o).all()
     records = [r for r in caplog.records if r.name == LOGGER]
     assert len(records) == 1, [r.getMessage() for r in records]
@@ -190,6 +192,7 @@ def test_backend_env(monkeypatch):
     case = small_case()
     monkeypatch.setenv(prefill.BACKEND_ENV, "tree")
     assert prefill.context_attention_fwd(**case.vllm_kwargs("0.8")) is False
+    assert prefill.route(**case.vllm_kwargs("0.8")) == ("tree", f"{prefill.BACKEND_ENV}=tree", True)
     assert torch.isnan(case.o).all()
     monkeypatch.setenv(prefill.BACKEND_ENV, "torch")
     assert prefill.context_attention_fwd_with_path(**case.vllm_kwargs("0.8")) == "torch"
@@ -398,7 +401,8 @@ def test_a_triton_older_than_2_1_leaves_cuda_calls_to_the_tree(monkeypatch):
     assert prefill._triton_launch() is None
     assert "2.0.0" in state["too_old"]
     call = types.SimpleNamespace(q=types.SimpleNamespace(is_cuda=True))
-    assert prefill.run(call) == "tree"
+    taken = prefill.run(call)
+    assert taken.path == "tree" and taken.setup and "2.0.0" in taken.reason
     with pytest.raises(RuntimeError, match="older than 2.1"):
         prefill.run(call, "triton")
 

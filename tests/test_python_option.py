@@ -183,6 +183,16 @@ def test_verify_survives_a_child_that_floods_both_pipes(tmp_path):
     assert payload["ok"] is True and [r["shape"] for r in payload["results"]] == ["fake"]
 
 
+def test_a_case_the_child_skipped_is_listed_apart_and_fails_nothing(tmp_path):
+    skipped = dict(GOOD_RESULT, shape="fp8", path="tree", ok=True, skipped="Triton 2.1")
+    body = f"print(json.dumps({{'results': [{GOOD_RESULT!r}, {skipped!r}]}}))\n"
+    result = _verify_in_subprocess(_fake_python(tmp_path, body), "--json")
+    assert result.returncode == 0, result.stderr[-2000:]
+    payload = json.loads(result.stdout)
+    assert [r["shape"] for r in payload["results"]] == ["fake"]
+    assert payload["skipped"] == [{"shape": "fp8", "path": "tree", "reason": "Triton 2.1"}]
+
+
 @pytest.mark.parametrize(
     "answer, what",
     [
@@ -191,6 +201,7 @@ def test_verify_survives_a_child_that_floods_both_pipes(tmp_path):
         ("json.dumps({'results': {}})", "'results' is not a non-empty list"),
         ("json.dumps({'results': [{'shape': 'fake'}]})", "result 0 has no 'path'"),
         ("json.dumps({'results': [dict(GOOD, ok='yes')]})", "result 0 has a bad 'ok'"),
+        ("json.dumps({'results': [dict(GOOD, skipped=1)]})", "result 0 has a bad 'skipped'"),
         ("json.dumps({'failure': 'gremlins'})", "unknown failure 'gremlins'"),
     ],
 )

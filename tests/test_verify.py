@@ -88,3 +88,39 @@ def test_verify_draws_progress_only_on_a_terminal(patched, monkeypatch):
     monkeypatch.setattr(_output, "_isatty", lambda stream: False)
     plain = run("verify", "--site-packages", str(patched), "--device", "cpu")
     assert "verify: [" not in plain.output
+
+
+def test_cases_this_setup_sends_to_the_tree_are_skipped_not_passed(patched, monkeypatch):
+    """VLLM_CODEMOD_PREFILL_BACKEND=tree (like an fp8 cache under Triton 2.x) sends the
+    prefill cases to the tree's own kernel: verify lists them apart, says why, and
+    checks, and claims, nothing of them."""
+    monkeypatch.setenv("VLLM_CODEMOD_PREFILL_BACKEND", "tree")
+    result = run("verify", "--site-packages", str(patched), "--device", "cpu", "--json")
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.output)
+    assert payload["ok"] is True
+    assert payload["results"] and not any("prefill" in r["shape"] for r in payload["results"])
+    assert len(payload["skipped"]) >= 4
+    for entry in payload["skipped"]:
+        assert "prefill" in entry["shape"] and entry["path"] == "tree"
+        assert "VLLM_CODEMOD_PREFILL_BACKEND=tree" in entry["reason"]
+    text = run("verify", "--site-packages", str(patched), "--device", "cpu")
+    assert text.exit_code == 0
+    assert text.output.count(" skip ") == len(payload["skipped"])
+    assert "case(s) skipped" in text.output
+
+
+def test_any_other_decline_of_a_case_fails(patched):
+    """A kernel copy that declines well-formed calls would leave every prefill to the
+    tree's kernel in production: that is a failure, not a skip."""
+    prefill = patched / "vllm" / "_codemod_kernels" / "prefill.py"
+    prefill.write_text(
+        prefill.read_text() + "\n\ndef normalize(bound):\n    raise Declined('broken copy')\n"
+    )
+    result = run("verify", "--site-packages", str(patched), "--device", "cpu", "--json")
+    assert result.exit_code == 2, result.output
+    payload = json.loads(result.output)
+    failed = [r for r in payload["results"] if not r["ok"]]
+    assert failed and all("prefill" in r["shape"] for r in failed)
+    assert all("declined this call (broken copy)" in r["error"] for r in failed)
+    assert payload["skipped"] == []

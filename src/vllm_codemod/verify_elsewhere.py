@@ -149,6 +149,9 @@ RESULT_KEYS = {
     "seconds": (int, float),
 }
 
+#: what a result may also carry: why it failed, or why it checked nothing (skipped)
+OPTIONAL_TEXT_KEYS = ("error", "skipped")
+
 
 def _progress(progress: Callable[[int, int], None], text: str) -> None:
     try:
@@ -185,6 +188,11 @@ def _results(python: Path, answer: Dict[str, Any]) -> List[Dict[str, Any]]:
                 raise _malformed(python, f"result {index} has no {key!r}", None)
             if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
                 raise _malformed(python, f"result {index} has a bad {key!r}: {value!r:.40}", None)
+        for key in OPTIONAL_TEXT_KEYS:
+            if key in entry and not isinstance(entry[key], str):
+                raise _malformed(
+                    python, f"result {index} has a bad {key!r}: {entry[key]!r:.40}", None
+                )
     return list(results)
 
 

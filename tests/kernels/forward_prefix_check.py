@@ -58,14 +58,15 @@ def forward_prefix(site: Path, a, paths=None) -> torch.Tensor:
     with TreeModules(site / "vllm") as modules:
         paged_attn = modules.load("vllm.attention.ops.paged_attn")
         if paths is not None:
-            route = modules.load("vllm._codemod_kernels.prefill")
-            run = route.run
+            prefill = modules.load("vllm._codemod_kernels.prefill")
+            run = prefill.run
 
             def recording(call, choice="auto"):
-                paths.append(run(call, choice))
-                return paths[-1]
+                taken = run(call, choice)
+                paths.append(taken.path)
+                return taken
 
-            route.run = recording
+            prefill.run = recording
         out = paged_attn.PagedAttention.forward_prefix(
             a["q"], a["k"], a["v"], a["kv_cache_dtype"], a["k_cache"], a["v_cache"],
             a["block_table"], a["query_start"], a["seq_lens"], a["max_query_len"],
