@@ -487,6 +487,8 @@ def _prefix_prefill_kernel(
         )  # fmt: skip
         acc, l_i, m_i = _online_softmax_step(acc, l_i, m_i, s, v, qk_scale, ALIBI, WINDOW, LEGACY)
 
+    # Rows past the chunk's end (``m_ok`` false) saw no key: 0/0 there, never stored
+    # (the interpreter warns "invalid value encountered in divide" for them).
     out = acc / l_i[:, None]
     o_row = (q_begin + offs_m) * stride_ot + row_head * stride_oh
     o_ptrs = OUT + o_row[:, None] + offs_d[None, :]
