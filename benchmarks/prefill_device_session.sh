@@ -67,7 +67,7 @@ for kv in auto fp8; do
 done
 step batch 150 python3 benchmarks/bench_prefix_prefill.py --no-baselines --no-headline \
   --only "8x(1K+512) 32/8/128" --m-last --config 128,128,8,2 --config 128,128,8,3 \
-  --config 128,64,4,3 --config 64,64,4,3 --config 64,128,4,3 --json "$OUT/batch.json"
+  --config 128,64,4,3 --config 64,64,4,3 --config 64,32,4,3 --json "$OUT/batch.json"
 for w in 0 131072 4096; do
   step window 150 python3 benchmarks/bench_prefix_prefill.py --quick --no-baselines \
     --no-headline --window $w --json "$OUT/window-$w.json"
