@@ -54,6 +54,15 @@ def test_tune_on_cpu_writes_a_valid_file_and_leaves_the_tree_alone(patched, tmp_
     assert entry["device"] == {"name": "cpu", "capability": None}
     assert entry["tree"] == {"vllm_version": "0.8.3+corex.4.2.0"}
     assert set(entry["versions"]) == {"torch", "triton", "python", "tool"}
+    # where the budget went: each phase's seconds, within the run's (which also holds
+    # unloading the tree's modules; rounding aside)
+    phases = entry["deployment"]["phases_s"]
+    assert list(phases) == ["prefill_warps", "prefill_configs", "decode"]
+    assert all(v >= 0 for v in phases.values()) and phases["decode"] > 0
+    assert sum(phases.values()) <= entry["deployment"]["elapsed_s"] + 0.2
+    time_line = next(line for line in result.output.splitlines() if "time:" in line)
+    assert f"time: {entry['deployment']['elapsed_s']:.1f} s of a 300 s budget" in time_line
+    assert f"decode {phases['decode']:.1f} s" in time_line
     assert [(e["num_heads"], e["num_kv_heads"], e["alibi"]) for e in entry["decode"]] == [
         (4, 2, False),
         (4, 4, True),

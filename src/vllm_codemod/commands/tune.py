@@ -134,20 +134,26 @@ def _run(
     total = len(points) + len(deployment.shapes) * len(prefill_cases(deployment))
     progress = Progress(total, enabled=interactive)
     name, capability = _device_identity(device)
+    # seconds per phase, in the file: what the next run's --budget has to cover
+    phases: Dict[str, float] = {}
     with TreeModules(tree.root) as modules:
         try:
             _attach_v1(kernels, modules, deployment, device)
+            v1_probe = budget.elapsed()  # decode's: counted with it below
             # Prefill first, within its share: a handful of cases whose answer (one
             # NUM_WARPS) matters as much as the whole decode grid.
             prefill_budget = Budget(None if budget_s is None else budget_s * PREFILL_SHARE)
             prefill_tuner = PrefillTuner(modules, device, timer, prefill_budget, progress)
             prefill, warps = prefill_tuner.run(deployment)
+            phases["prefill_warps"] = budget.elapsed() - v1_probe
             # The bundled prefill kernel's launch configs (prefill_launch.PrefillConfig).
             prefill_configs, config_skips = measure_tree(
                 PRIVATE_NAME, deployment, device, timer, budget_s, progress
             )
+            phases["prefill_configs"] = budget.elapsed() - v1_probe - phases["prefill_warps"]
             tuner = DecodeTuner(kernels, device, timer, budget, progress)
             decode = measure_decode(tuner, deployment, points)
+            phases["decode"] = budget.elapsed() - sum(phases.values())
         finally:
             progress.close()
     entry = table.device_header(
@@ -162,6 +168,7 @@ def _run(
             "source": deployment.source,
             "budget_s": budget_s,
             "elapsed_s": round(budget.elapsed(), 1),
+            "phases_s": {k: round(v, 1) for k, v in phases.items()},
         },
     )
     entry["decode"] = decode
@@ -278,10 +285,29 @@ def tune(
         )
     for reason in entry["skipped"]:
         report.say(f"  skipped: {reason}")
+    report.say(_time_line(entry["deployment"]))
     if entry["prefill_num_warps"] is not None:
         report.say(f"prefix-prefill NUM_WARPS: {entry['prefill_num_warps']}")
     report.say(f"wrote {path} (bake it in: vllm-codemod apply --tuning {path})")
     return report
+
+
+_PHASE_NAMES = (
+    ("prefill_warps", "the tree's prefill warps"),
+    ("prefill_configs", "our prefill configs"),
+    ("decode", "decode"),
+)
+
+
+def _time_line(deployment: Dict[str, Any]) -> str:
+    """Where the budget went, so the next run's ``--budget`` can be sized to cover what
+    this one skipped (each prefill phase stops at its own share; decode takes the rest)."""
+    phases = deployment.get("phases_s") or {}
+    parts = [f"{label} {phases[key]:.1f} s" for key, label in _PHASE_NAMES if key in phases]
+    budget = deployment.get("budget_s")
+    of = f" of a {budget:g} s budget" if budget is not None else ""
+    detail = f" ({', '.join(parts)})" if parts else ""
+    return f"  time: {deployment['elapsed_s']:.1f} s{of}{detail}"
 
 
 _HEADER = {"shape": "shape", "point": "point", "default": "default", "tuned": "-> tuned",
