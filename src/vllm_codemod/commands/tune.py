@@ -134,26 +134,24 @@ def _run(
     total = len(points) + len(deployment.shapes) * len(prefill_cases(deployment))
     progress = Progress(total, enabled=interactive)
     name, capability = _device_identity(device)
-    # seconds per phase, in the file: what the next run's --budget has to cover
-    phases: Dict[str, float] = {}
     with TreeModules(tree.root) as modules:
         try:
             _attach_v1(kernels, modules, deployment, device)
-            v1_probe = budget.elapsed()  # decode's: counted with it below
+            warps_start = budget.elapsed()  # the V1 probe before it counts as decode's
             # Prefill first, within its share: a handful of cases whose answer (one
             # NUM_WARPS) matters as much as the whole decode grid.
             prefill_budget = Budget(None if budget_s is None else budget_s * PREFILL_SHARE)
             prefill_tuner = PrefillTuner(modules, device, timer, prefill_budget, progress)
             prefill, warps = prefill_tuner.run(deployment)
-            phases["prefill_warps"] = budget.elapsed() - v1_probe
+            configs_start = budget.elapsed()
             # The bundled prefill kernel's launch configs (prefill_launch.PrefillConfig).
             prefill_configs, config_skips = measure_tree(
                 PRIVATE_NAME, deployment, device, timer, budget_s, progress
             )
-            phases["prefill_configs"] = budget.elapsed() - v1_probe - phases["prefill_warps"]
+            decode_start = budget.elapsed()
             tuner = DecodeTuner(kernels, device, timer, budget, progress)
             decode = measure_decode(tuner, deployment, points)
-            phases["decode"] = budget.elapsed() - sum(phases.values())
+            decode_end = budget.elapsed()
         finally:
             progress.close()
     entry = table.device_header(
@@ -168,7 +166,12 @@ def _run(
             "source": deployment.source,
             "budget_s": budget_s,
             "elapsed_s": round(budget.elapsed(), 1),
-            "phases_s": {k: round(v, 1) for k, v in phases.items()},
+            # where the budget went: what the next run's --budget has to cover
+            "phases_s": {
+                "prefill_warps": round(configs_start - warps_start, 1),
+                "prefill_configs": round(decode_start - configs_start, 1),
+                "decode": round(warps_start + decode_end - decode_start, 1),
+            },
         },
     )
     entry["decode"] = decode
@@ -302,12 +305,11 @@ _PHASE_NAMES = (
 def _time_line(deployment: Dict[str, Any]) -> str:
     """Where the budget went, so the next run's ``--budget`` can be sized to cover what
     this one skipped (each prefill phase stops at its own share; decode takes the rest)."""
-    phases = deployment.get("phases_s") or {}
-    parts = [f"{label} {phases[key]:.1f} s" for key, label in _PHASE_NAMES if key in phases]
-    budget = deployment.get("budget_s")
+    phases = deployment["phases_s"]
+    parts = ", ".join(f"{label} {phases[key]:.1f} s" for key, label in _PHASE_NAMES)
+    budget = deployment["budget_s"]
     of = f" of a {budget:g} s budget" if budget is not None else ""
-    detail = f" ({', '.join(parts)})" if parts else ""
-    return f"  time: {deployment['elapsed_s']:.1f} s{of}{detail}"
+    return f"  time: {deployment['elapsed_s']:.1f} s{of} ({parts})"
 
 
 _HEADER = {"shape": "shape", "point": "point", "default": "default", "tuned": "-> tuned",
