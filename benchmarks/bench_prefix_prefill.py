@@ -77,8 +77,20 @@ CASES: Dict[str, Tuple[int, int, int, int, int, int]] = {
 QUICK = ("1x(16K+16K) 32/8/128", "1x(32K+8K) 16/2/256", "8x(1K+512) 32/8/128")
 
 
-def flops(seqs: int, ctx: int, new: int, heads: int, head: int) -> float:
-    return seqs * 4.0 * heads * head * new * (ctx + (new + 1) / 2)
+def visible_pairs(ctx: int, new: int, window: int = 0) -> float:
+    """(query, key) pairs the attention computes for one sequence: causal, and with a
+    sliding window (``window > 0``) at most ``window`` keys per query, so a window's rows
+    count only the work it leaves (not the causal work it skips)."""
+    if window <= 0:
+        return new * (ctx + (new + 1) / 2)
+    first, last = ctx + 1, ctx + new  # keys seen by the chunk's first and last query
+    below = max(0, min(last, window) - first + 1)  # queries that see fewer than window
+    below_sum = below * (first + first + below - 1) / 2
+    return below_sum + window * (new - below)
+
+
+def flops(seqs: int, ctx: int, new: int, heads: int, head: int, window: int = 0) -> float:
+    return seqs * 4.0 * heads * head * visible_pairs(ctx, new, window)
 
 
 def matmul_tflops(n: int = 8192) -> float:
@@ -267,7 +279,7 @@ def parse_case(text: str) -> Tuple[int, int, int, int, int, int]:
 def bench_case(name: str, peak: float, args, trees) -> Dict[str, Any]:
     seqs, ctx, new, hq, hkv, d = CASES[name]
     a = make(seqs, ctx, new, hq, hkv, d, args)
-    work = flops(seqs, ctx, new, hq, d)
+    work = flops(seqs, ctx, new, hq, d, args.window)
     default, gathered = launch_plan(a["q"], a["k_cache"], a["block_table"])
     how = "gathered" if gathered else "paged"
     print(f"{name}: {work / 1e12:.2f} TFLOP, default config {tuple(default)} {how}", flush=True)

@@ -22,12 +22,15 @@ B. the new tokens before the tile's first query: no mask (every key precedes eve
 C. the new tokens of the tile's own diagonal, from the key tile holding its first query:
    the causal mask.
 
-A sliding window or ALiBi adds its term in every loop (``WINDOW`` starts loop A and B at
-the first tile the window can reach).  The online softmax runs in base 2 with
-``sm_scale * log2(e)`` folded into exp2's argument (one FMA per score); the output is
-normalized once, at the end.  fp8 caches fold ``k_scale`` into the context loop's score
-scale and ``v_scale`` into the accumulator between loops A and B, so no element is
-multiplied by a scale.
+ALiBi adds its term in every loop.  A sliding window starts loops A and B at the first
+tile the window can reach and masks only the tiles that are in some row's window but
+not in every row's (the window's trailing edge); the tiles after them, in every row's
+window, run as the plain path's do (no mask, no all-masked-row guard), so a window wider
+than the sequence does the plain path's work the plain path's way.  The online softmax
+runs in base 2 with ``sm_scale * log2(e)`` folded into exp2's argument (one FMA per
+score); the output is normalized once, at the end.  fp8 caches fold ``k_scale`` into the
+context loop's score scale and ``v_scale`` into the accumulator between loops A and B, so
+no element is multiplied by a scale.
 
 Programs with the most work start first: within a sequence the last query tile sees
 the most keys, so tiles are numbered from the end.
@@ -257,7 +260,7 @@ def _paged_tile(
 
 @triton.jit
 def _paged_context(
-    acc, l_i, m_i, q, q_pos, slope_log2, window, ctx_scale, ctx_len, lo, full_end,
+    acc, l_i, m_i, q, q_pos, slope_log2, window, ctx_scale, ctx_len, lo, open_n, full_end,
     bt_row, kc_base, vc_base, k_d, v_d, d_ok, offs_n,
     stride_kcb, stride_kct, stride_vcb, stride_vct, stride_kcd,
     HEAD_SIZE: tl.constexpr, D_PAD: tl.constexpr, PAGE: tl.constexpr,
@@ -265,7 +268,20 @@ def _paged_context(
     K_3D: tl.constexpr, FP8: tl.constexpr, ALIBI: tl.constexpr, WINDOW: tl.constexpr,
     LEGACY: tl.constexpr,
 ):  # fmt: skip
-    """Loop A over the paged caches themselves, through the block table."""
+    """Loop A over the paged caches themselves, through the block table: with a window,
+    its edge tiles ``[lo, open_n)`` masked, then the full tiles up to ``full_end`` as
+    the plain path's."""
+    if WINDOW:
+        # the window's edge: a few tiles, each loaded where it is used
+        for start_n in range(lo, open_n, BLOCK_N):
+            acc, l_i, m_i = _paged_tile(
+                acc, l_i, m_i, q, start_n, q_pos, slope_log2, window, ctx_scale, ctx_len,
+                bt_row, kc_base, vc_base, k_d, v_d, d_ok, offs_n,
+                stride_kcb, stride_kct, stride_vcb, stride_vct, stride_kcd,
+                HEAD_SIZE, D_PAD, PAGE, K_RUN, V_RUN, X, BLOCK_N, K_3D, FP8, ALIBI, True,
+                LEGACY, False, True,
+            )  # fmt: skip
+        lo = open_n
     if FP8:
         # fp8 caches: each tile loaded where it is used, no prefetch.  The prefetched
         # fp8 tile held in registers while the current one is converted to 16 bits
@@ -276,8 +292,8 @@ def _paged_context(
                 acc, l_i, m_i, q, start_n, q_pos, slope_log2, window, ctx_scale, ctx_len,
                 bt_row, kc_base, vc_base, k_d, v_d, d_ok, offs_n,
                 stride_kcb, stride_kct, stride_vcb, stride_vct, stride_kcd,
-                HEAD_SIZE, D_PAD, PAGE, K_RUN, V_RUN, X, BLOCK_N, K_3D, FP8, ALIBI, WINDOW,
-                LEGACY, False, WINDOW,
+                HEAD_SIZE, D_PAD, PAGE, K_RUN, V_RUN, X, BLOCK_N, K_3D, FP8, ALIBI, False,
+                LEGACY, False, False,
             )  # fmt: skip
     else:
         # Software pipelining by hand: the next tile's K/V are loaded into registers
@@ -300,7 +316,7 @@ def _paged_context(
             blk_next = _page_blocks(bt_row, start_n + 2 * BLOCK_N, offs_n, ctx_len, PAGE, True)
             acc, l_i, m_i = _context_fold(
                 acc, l_i, m_i, q, k_cur, v_cur, start_n, ctx_len, q_pos, slope_log2, window,
-                ctx_scale, offs_n, WINDOW, FP8, ALIBI, WINDOW, LEGACY,
+                ctx_scale, offs_n, False, FP8, ALIBI, False, LEGACY,
             )  # fmt: skip
             k_cur = k_next
             v_cur = v_next
@@ -325,6 +341,38 @@ def _paged_context(
                 LEGACY, True, True,
             )  # fmt: skip
     return acc, l_i, m_i
+
+
+@triton.jit
+def _window_open(first_seen, lo, hi, BLOCK_N: tl.constexpr):
+    """The first tile boundary at or after ``first_seen`` (the first key index every row
+    of the query tile sees), kept within ``[lo, hi]``: the tiles before it are the
+    window's edge (masked), those after it are in every row's window."""
+    first_seen = tl.maximum(first_seen, 0)  # integer division truncates: stay >= 0
+    return tl.minimum(tl.maximum(((first_seen + BLOCK_N - 1) // BLOCK_N) * BLOCK_N, lo), hi)
+
+
+@triton.jit
+def _new_keys_tile(
+    acc, l_i, m_i, q, k_base, v_base, start_n, offs_n, offs_d, d_ok,
+    stride_kt, stride_vt, qk_scale, q_pos, ctx_len, m0, slope_log2, window,
+    HEAD_SIZE: tl.constexpr, D_PAD: tl.constexpr, ALIBI: tl.constexpr, EDGE: tl.constexpr,
+    LEGACY: tl.constexpr,
+):  # fmt: skip
+    """One tile of loop B: new tokens before the query tile, so no causal mask; an
+    ``EDGE`` tile of a sliding window is masked by it (and guarded: a row can have seen
+    no key yet)."""
+    k_idx = start_n + offs_n
+    k, v = _token_rows_kv(
+        k_base, v_base, k_idx, stride_kt, stride_vt, offs_d, d_ok, d_ok,
+        D_PAD != HEAD_SIZE, False,
+    )  # fmt: skip
+    s = tl.dot(q, k)
+    s = _bias_and_mask(
+        s, qk_scale, q_pos, ctx_len + k_idx, slope_log2, window, EDGE, ctx_len + m0,
+        ALIBI, EDGE, False,
+    )  # fmt: skip
+    return _online_softmax_step(acc, l_i, m_i, s, v, qk_scale, ALIBI, EDGE, LEGACY)
 
 
 @triton.jit
@@ -408,23 +456,39 @@ def _prefix_prefill_kernel(
     v_d = offs_d * stride_vcd
     full_end = (ctx_len // BLOCK_N) * BLOCK_N
     lo = 0
+    open_n = 0
     if WINDOW:
         # from the tile holding the first key the tile's first query can see (at most
         # the partial last tile, which the prefetch below must find loaded)
         lo = tl.maximum(ctx_len + m0 - window + 1, 0)
         lo = tl.minimum((lo // BLOCK_N) * BLOCK_N, full_end)
+        # masked up to the first tile whose every key its last query still sees
+        q_last = tl.minimum(m0 + QUERIES, q_len) - 1
+        open_n = _window_open(ctx_len + q_last - window + 1, lo, full_end, BLOCK_N)
     if GATHERED:
         # The context copied into contiguous [seq, kv head, token, D] buffers
         # (prefill_gather.py): the same loop as B's, pipelined by Triton.
         g_off = seq.to(tl.int64) * stride_gb + kv_head.to(tl.int64) * stride_gh
-        for start_n in range(lo, full_end, BLOCK_N):
+        lo_full = lo
+        if WINDOW:
+            for start_n in range(lo, open_n, BLOCK_N):  # the window's edge
+                k_t, v_t = _token_rows_kv(
+                    KG + g_off, VG + g_off, start_n + offs_n, stride_gt, stride_gt, offs_d,
+                    d_ok, d_ok, D_PAD != HEAD_SIZE, False,
+                )  # fmt: skip
+                acc, l_i, m_i = _context_fold(
+                    acc, l_i, m_i, q, k_t, v_t, start_n, ctx_len, q_pos, slope_log2, window,
+                    ctx_scale, offs_n, True, FP8, ALIBI, True, LEGACY,
+                )  # fmt: skip
+            lo_full = open_n
+        for start_n in range(lo_full, full_end, BLOCK_N):
             k_t, v_t = _token_rows_kv(
                 KG + g_off, VG + g_off, start_n + offs_n, stride_gt, stride_gt, offs_d, d_ok,
                 d_ok, D_PAD != HEAD_SIZE, False,
             )  # fmt: skip
             acc, l_i, m_i = _context_fold(
                 acc, l_i, m_i, q, k_t, v_t, start_n, ctx_len, q_pos, slope_log2, window,
-                ctx_scale, offs_n, WINDOW, FP8, ALIBI, WINDOW, LEGACY,
+                ctx_scale, offs_n, False, FP8, ALIBI, False, LEGACY,
             )  # fmt: skip
         # the partial last tile (a loop of at most one trip: see _paged_context's LEGACY
         # note); its rows past the context were never written, so its loads are masked
@@ -440,8 +504,8 @@ def _prefix_prefill_kernel(
             )  # fmt: skip
     else:
         acc, l_i, m_i = _paged_context(
-            acc, l_i, m_i, q, q_pos, slope_log2, window, ctx_scale, ctx_len, lo, full_end,
-            bt_row, kc_base, vc_base, k_d, v_d, d_ok, offs_n,
+            acc, l_i, m_i, q, q_pos, slope_log2, window, ctx_scale, ctx_len, lo, open_n,
+            full_end, bt_row, kc_base, vc_base, k_d, v_d, d_ok, offs_n,
             stride_kcb, stride_kct, stride_vcb, stride_vct, stride_kcd,
             HEAD_SIZE, D_PAD, PAGE, K_RUN, V_RUN, X, BLOCK_N, K_3D, FP8, ALIBI, WINDOW,
             LEGACY,
@@ -453,24 +517,26 @@ def _prefix_prefill_kernel(
     k_base = K + (q_begin * stride_kt + kv_head * stride_kh)
     v_base = V + (q_begin * stride_vt + kv_head * stride_vh)
     lo_b = 0
-    if WINDOW:
-        lo_b = tl.maximum(m0 - window + 1, 0)
-        lo_b = (lo_b // BLOCK_N) * BLOCK_N
     # loop B ends at the last key tile boundary before the tile's first query (a tile
     # of QUERIES < BLOCK_N queries may start inside a key tile; C masks from there)
     end_b = (m0 // BLOCK_N) * BLOCK_N
+    if WINDOW:
+        lo_b = tl.maximum(m0 - window + 1, 0)
+        lo_b = (lo_b // BLOCK_N) * BLOCK_N
+        open_b = _window_open(q_last - window + 1, lo_b, end_b, BLOCK_N)
+        for start_n in range(lo_b, open_b, BLOCK_N):  # the window's edge
+            acc, l_i, m_i = _new_keys_tile(
+                acc, l_i, m_i, q, k_base, v_base, start_n, offs_n, offs_d, d_ok,
+                stride_kt, stride_vt, qk_scale, q_pos, ctx_len, m0, slope_log2, window,
+                HEAD_SIZE, D_PAD, ALIBI, True, LEGACY,
+            )  # fmt: skip
+        lo_b = open_b
     for start_n in range(lo_b, end_b, BLOCK_N):
-        k_idx = start_n + offs_n
-        k, v = _token_rows_kv(
-            k_base, v_base, k_idx, stride_kt, stride_vt, offs_d, d_ok, d_ok,
-            D_PAD != HEAD_SIZE, False,
+        acc, l_i, m_i = _new_keys_tile(
+            acc, l_i, m_i, q, k_base, v_base, start_n, offs_n, offs_d, d_ok,
+            stride_kt, stride_vt, qk_scale, q_pos, ctx_len, m0, slope_log2, window,
+            HEAD_SIZE, D_PAD, ALIBI, False, LEGACY,
         )  # fmt: skip
-        s = tl.dot(q, k)
-        s = _bias_and_mask(
-            s, qk_scale, q_pos, ctx_len + k_idx, slope_log2, window, WINDOW, ctx_len + m0,
-            ALIBI, WINDOW, False,
-        )  # fmt: skip
-        acc, l_i, m_i = _online_softmax_step(acc, l_i, m_i, s, v, qk_scale, ALIBI, WINDOW, LEGACY)
 
     # ---- C: the diagonal tiles (causal mask) --------------------------------------
     hi_c = tl.minimum(m0 + QUERIES, q_len)

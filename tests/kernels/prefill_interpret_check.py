@@ -105,6 +105,38 @@ CASES = {
         SMALL,
     ),
     "default config gathered": ([(150, 140), (0, 33)], 8, 2, 128, 16, BF16, {"gather": True}, None),
+    # a window whose edge (masked tiles) is followed by tiles in every row's window
+    # (unmasked): in the context (paged, gathered, fp8) and among the new tokens
+    "window edge then open tiles": (
+        [(150, 20), (10, 100)],
+        4,
+        2,
+        32,
+        16,
+        F16,
+        {"sliding_window": 60},
+        SMALL,
+    ),  # fmt: skip
+    "window edge then open tiles gathered": (
+        [(150, 20), (10, 100)],
+        4,
+        2,
+        32,
+        16,
+        F16,
+        {"sliding_window": 60, "gather": True},
+        SMALL,
+    ),  # fmt: skip
+    "window edge then open tiles fp8": (
+        [(150, 20), (10, 100)],
+        4,
+        2,
+        32,
+        16,
+        BF16,
+        {"sliding_window": 60, "kv_cache_dtype": "fp8"},
+        SMALL,
+    ),  # fmt: skip
     # the grid ordered query tile slowest: ragged sequences (idle tiles), packed heads
     "m last packed": (
         [(37, 40), (0, 17), (9, 3)],
