@@ -166,6 +166,44 @@ def test_a_spent_budget_keeps_what_was_measured(monkeypatch):
     assert any("not measured" in s for s in tuner.skipped)
 
 
+def test_what_later_phases_leave_resumes_a_cut_group(monkeypatch):
+    """The share ran out after the default; the time decode left measures the rest
+    (the default is not timed again) and the cut note goes away."""
+    clock = FakeClock(per_timing=1000.0)
+    tuner, _, timer = _tuner([NOISE, FAST], monkeypatch, budget=Budget(1000.0, clock))
+    entries = tuner.run_cases(DEPLOY, POINTS)
+    assert [c["config"] for c in entries[0]["candidates"]] == [list(DEFAULT)]
+    assert any("1 of 3 configs" in s for s in tuner.skipped)
+    (entry,) = tuner.resume(entries, Budget(None, clock))
+    assert [c["config"] for c in entry["candidates"]] == [list(c) for c in (DEFAULT, NOISE, FAST)]
+    assert entry["config"] == list(FAST) and entry["default_us"] == 100.0
+    assert timer.timed == [DEFAULT, NOISE, FAST] and tuner.skipped == []
+    assert tuner.pending == []
+
+
+def test_a_resume_without_time_changes_nothing(monkeypatch):
+    clock = FakeClock(per_timing=1000.0)
+    tuner, _, timer = _tuner([FAST], monkeypatch, budget=Budget(1000.0, clock))
+    entries = tuner.run_cases(DEPLOY, POINTS)
+    assert tuner.resume(entries, Budget(0.0, clock)) == entries
+    assert timer.timed == [DEFAULT] and len(tuner.pending) == 1
+    assert any("not measured" in s for s in tuner.skipped)
+
+
+def test_a_resume_cut_again_says_how_far_it_got(monkeypatch):
+    """Two timings per share: the first run times the default, the resume one more."""
+    clock = FakeClock(per_timing=600.0)
+    tuner, _, timer = _tuner([NOISE, FAST], monkeypatch, budget=Budget(500.0, clock))
+    entries = tuner.run_cases(DEPLOY, POINTS)
+    (entry,) = tuner.resume(entries, Budget(500.0, clock))
+    assert [c["config"] for c in entry["candidates"]] == [list(DEFAULT), list(NOISE)]
+    assert timer.timed == [DEFAULT, NOISE]
+    assert [s for s in tuner.skipped if "not measured" in s] == [
+        "prefill configs d64 float32: budget of 500 s spent after 2 of 3 configs; "
+        "the rest were not measured"
+    ]
+
+
 def test_each_group_gets_its_share_of_the_budget(monkeypatch):
     """Two head sizes, a budget of three timings and a bit: the first group stops after
     its half (two timings), so the second still chooses (without shares the first takes

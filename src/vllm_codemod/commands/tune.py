@@ -145,13 +145,19 @@ def _run(
             prefill, warps = prefill_tuner.run(deployment)
             configs_start = budget.elapsed()
             # The bundled prefill kernel's launch configs (prefill_launch.PrefillConfig).
-            prefill_configs, config_skips = measure_tree(
+            prefill_configs, config_skips, config_tuner = measure_tree(
                 PRIVATE_NAME, deployment, device, timer, budget_s, progress
             )
             decode_start = budget.elapsed()
             tuner = DecodeTuner(kernels, device, timer, budget, progress)
             decode = measure_decode(tuner, deployment, points)
             decode_end = budget.elapsed()
+            if config_tuner is not None and budget_s is not None:
+                # what decode left goes back to the config groups the 30% share cut
+                left = Budget(max(0.0, budget_s - decode_end), budget.clock)
+                prefill_configs = config_tuner.resume(prefill_configs, left)
+                config_skips = config_tuner.skipped
+            resumed_end = budget.elapsed()
         finally:
             progress.close()
     entry = table.device_header(
@@ -169,7 +175,9 @@ def _run(
             # where the budget went: what the next run's --budget has to cover
             "phases_s": {
                 "prefill_warps": round(configs_start - warps_start, 1),
-                "prefill_configs": round(decode_start - configs_start, 1),
+                "prefill_configs": round(
+                    decode_start - configs_start + resumed_end - decode_end, 1
+                ),
                 "decode": round(warps_start + decode_end - decode_start, 1),
             },
         },
@@ -304,7 +312,8 @@ _PHASE_NAMES = (
 
 def _time_line(deployment: Dict[str, Any]) -> str:
     """Where the budget went, so the next run's ``--budget`` can be sized to cover what
-    this one skipped (each prefill phase stops at its own share; decode takes the rest)."""
+    this one skipped (each prefill phase stops at its own share, decode takes the rest,
+    and what decode leaves goes back to the config groups their share cut)."""
     phases = deployment["phases_s"]
     parts = ", ".join(f"{label} {phases[key]:.1f} s" for key, label in _PHASE_NAMES)
     budget = deployment["budget_s"]

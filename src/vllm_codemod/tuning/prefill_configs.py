@@ -230,7 +230,16 @@ class PrefillConfigTuner:
         self.budget = budget
         self.progress = progress
         self.limit = shared_limit(device) if limit is None else int(limit)
-        self.skipped: List[str] = []
+        #: what each group's latest measurement left out or could not decide, by
+        #: (padded head, dtype): a resumed group's notes replace its earlier ones
+        self._notes: Dict[Tuple[int, str], List[str]] = {}
+        #: groups the budget cut: (d_pad, dtype, shapes, points, results so far)
+        self.pending: List[Tuple[int, str, List[Shape], List[Any], List[Dict[str, Any]]]] = []
+
+    @property
+    def skipped(self) -> List[str]:
+        """The reasons for what was not measured or chosen (the file's ``skipped``)."""
+        return [note for notes in self._notes.values() for note in notes]
 
     # ------------------------------------------------------------------ pieces
 
@@ -271,10 +280,15 @@ class PrefillConfigTuner:
         shapes: Sequence[Shape],
         points: Sequence[Tuple[int, int, int]],
         budget: Optional[Budget] = None,
+        results: Optional[List[Dict[str, Any]]] = None,
     ) -> Optional[Dict[str, Any]]:
         """One ``prefill_configs`` entry: every candidate over every (shape, point),
-        within ``budget`` (default: the tuner's)."""
+        within ``budget`` (default: the tuner's).  ``results`` are the candidates a
+        cut run measured already: only the rest are measured (its inputs are made again
+        from the same seeds, so the timings stay comparable).  A group the budget cuts
+        is kept in ``pending`` for :meth:`resume`."""
         budget = self.budget if budget is None else budget
+        notes = self._notes[(d_pad, dtype)] = []
         elem = ELEMENT_BYTES[dtype]
         self.launch.set_prefill_configs({})  # the built-in table, not a file's
         default = tuple(int(v) for v in self.launch.pick_config(d_pad, elem))
@@ -287,7 +301,7 @@ class PrefillConfigTuner:
                 try:
                     copies = [self._inputs(shape, lens, seed=s) for s in range(COPIES)]
                 except (RuntimeError, MemoryError) as exc:  # no memory for the inputs
-                    self.skipped.append(
+                    notes.append(
                         f"prefill configs {shape.label()} {seqs}x({ctx}+{new}): "
                         f"no memory for the inputs ({_failure(exc)})"
                     )
@@ -296,22 +310,37 @@ class PrefillConfigTuner:
         if not timed:
             return None
         works = self._works(timed)
-        results: List[Dict[str, Any]] = []
+        results = [] if results is None else list(results)
         try:
-            for config in configs:
+            for config in configs[len(results) :]:
                 budget.check()
                 self.progress.step(f"prefill config d{d_pad} {dtype} {config}")
                 results.append(self._measure(config, checks, timed))
         except BudgetExhausted as exc:
-            self.skipped.append(
+            self.pending.append((d_pad, dtype, list(shapes), list(points), results))
+            notes.append(
                 f"prefill configs d{d_pad} {dtype}: {exc} after {len(results)} of "
                 f"{len(configs)} configs; the rest were not measured"
             )
         if not results:
             return None
+        return self._entry(d_pad, dtype, shapes, timed, works, default, results, notes)
+
+    def _entry(
+        self,
+        d_pad: int,
+        dtype: str,
+        shapes: Sequence[Shape],
+        timed: Sequence[Tuple[Shape, Tuple[int, int, int], Any]],
+        works: Optional[List[int]],
+        default: Config,
+        results: List[Dict[str, Any]],
+        notes: List[str],
+    ) -> Dict[str, Any]:
+        """The file's entry from the measured candidates (the default first)."""
         winner = choose(results)
         if winner is None:
-            self.skipped.append(
+            notes.append(
                 f"prefill configs d{d_pad} {dtype}: the default {list(default)} "
                 f"{results[0]['status']} ({results[0].get('reason')}); nothing chosen"
             )
@@ -421,6 +450,29 @@ class PrefillConfigTuner:
             self.launch.reset_prefill_configs()  # the process reads the tables again
         return entries
 
+    def resume(self, entries: List[Dict[str, Any]], budget: Budget) -> List[Dict[str, Any]]:
+        """``entries`` with the groups the budget cut measured further, within ``budget``
+        (what the phases after this one left: an H100 run ended 76 s under its budget
+        with 7 of 13 candidates of one group and 4 of another never timed)."""
+        pending, self.pending = self.pending, []
+        if not pending or budget.exhausted():
+            self.pending = pending
+            return entries
+        done = {(e["head_size_padded"], e["dtype"]): e for e in entries}
+        try:
+            for i, group in enumerate(pending):
+                share = budget.share(len(pending) - i)
+                if share.exhausted():
+                    self.pending.append(group)
+                    continue
+                d_pad, dtype, shapes, points, results = group
+                entry = self.measure_group(d_pad, dtype, shapes, points, share, results)
+                if entry is not None:
+                    done[(d_pad, dtype)] = entry
+        finally:
+            self.launch.reset_prefill_configs()
+        return list(done.values())
+
 
 def group_count(deployment: Deployment) -> int:
     """How many ``prefill_configs`` entries a run can write (for the progress bar)."""
@@ -438,22 +490,30 @@ def measure_tree(
     timer: Timer,
     budget_s: Optional[float],
     progress: Progress,
-) -> Tuple[List[Dict[str, Any]], List[str]]:
+) -> Tuple[List[Dict[str, Any]], List[str], Optional[PrefillConfigTuner]]:
     """``prefill_configs`` entries for the tree whose kernels are imported as ``package``
-    (``verify``'s private name), and the reasons for what was not measured."""
+    (``verify``'s private name), the reasons for what was not measured, and the tuner
+    (None where nothing could be measured) to :meth:`~PrefillConfigTuner.resume` with
+    the time the later phases leave."""
     import importlib
 
     if not device.startswith("cuda"):
-        return [], ["prefill configs: the bundled prefill kernel is Triton; needs a CUDA device"]
+        return (
+            [],
+            ["prefill configs: the bundled prefill kernel is Triton; needs a CUDA device"],
+            None,
+        )
     try:
         launch = importlib.import_module(f"{package}.prefill_launch")
         cases = importlib.import_module(f"{package}.prefill_cases")
         launch.set_prefill_configs  # noqa: B018  (kernels that predate tuned prefill configs)
     except Exception as exc:
-        return [], [
+        reason = (
             "prefill configs: the tree's bundled prefill kernel does not import here "
             f"({_failure(exc)}); not measured"
-        ]
+        )
+        return [], [reason], None
     budget = Budget(None if budget_s is None else budget_s * BUDGET_SHARE)
     tuner = PrefillConfigTuner(launch, cases, device, timer, budget, progress)
-    return tuner.run(deployment), tuner.skipped
+    entries = tuner.run(deployment)
+    return entries, tuner.skipped, tuner
