@@ -74,6 +74,37 @@ def test_tune_on_cpu_writes_a_valid_file_and_leaves_the_tree_alone(patched, tmp_
     assert device.decide(1, 4, 2, 64, 2000, "bfloat16") is None
 
 
+def test_what_decode_leaves_goes_back_to_cut_prefill_configs(patched, tmp_path, monkeypatch):
+    """On CPU nothing measures our prefill configs, so a stand-in for a tuner whose groups
+    the share cut: after decode it gets the rest of the budget, its notes replace the
+    first pass's, and its time counts as the configs' phase."""
+    import time
+
+    class CutTuner:
+        skipped = ["first pass: cut"]
+
+        def resume(self, entries, budget):
+            self.left = budget.seconds
+            time.sleep(0.3)
+            self.skipped = ["resumed: cut again"]
+            return entries
+
+    tuner = CutTuner()
+    monkeypatch.setattr(
+        "vllm_codemod.tuning.prefill_configs.measure_tree",
+        lambda *a, **k: ([], list(tuner.skipped), tuner),
+    )
+    out = tmp_path / "t.json"
+    result = run("tune", "--site-packages", str(patched), *TINY, "--output", str(out))
+    assert result.exit_code == 0, result.output
+    entry = json.loads(out.read_text())["devices"][0]
+    phases = entry["deployment"]["phases_s"]
+    assert 0 < tuner.left <= 300 - phases["decode"] - phases["prefill_warps"] + 0.1
+    assert phases["prefill_configs"] >= 0.3
+    assert "skipped: resumed: cut again" in result.output
+    assert "first pass: cut" not in result.output
+
+
 def test_printed_times_are_the_files_microseconds(patched, tmp_path):
     """Issue #26 said the table printed microseconds under an ms header.  The header names
     no unit; each time carries its own, and it is the file's ``us`` value as measured."""
