@@ -15,7 +15,10 @@ instead of once per query tile in the context loop (there the conversion is abou
 third of the loop's instructions; its ``k_scale``/``v_scale`` stay in the kernel's score
 scale and final normalization).  ``tokens`` is the block table's width in tokens, known
 on the host without a device sync; rows past a sequence's context are left unwritten
-(the kernel masks them).
+(the kernel masks them).  With a sliding window the rows no query can see, below
+``context - window + 1`` rounded down to the kernel's key tile, are left unwritten too
+(the kernel's context loop starts at the tile holding the first key its first query
+sees): at 84K cached tokens and a 4096-token window that is 95% of the copy.
 """
 
 from __future__ import annotations
@@ -27,23 +30,30 @@ import torch
 import triton
 import triton.language as tl
 
+#: The kernel's ``window`` where there is none: wider than any context.
+NO_WINDOW = 1 << 30
+
 
 @triton.jit
 def _gather_context_kernel(
     K_CACHE, V_CACHE, BLOCK_TABLE, QUERY_START, SEQ_LENS, KG, VG,
     stride_kcb, stride_kch, stride_kcd, stride_kct,
     stride_vcb, stride_vch, stride_vcd, stride_vct,
-    stride_btb, stride_gb, stride_gh, stride_gt,
+    stride_btb, stride_gb, stride_gh, stride_gt, window,
     HEAD_SIZE: tl.constexpr, D_PAD: tl.constexpr, X: tl.constexpr, PAGE: tl.constexpr,
-    TOKENS: tl.constexpr,
+    TOKENS: tl.constexpr, ALIGN: tl.constexpr,
 ):  # fmt: skip
-    """One program copies ``TOKENS`` context tokens of one sequence and kv head."""
+    """One program copies ``TOKENS`` context tokens of one sequence and kv head, unless
+    they all lie below the first ``ALIGN``-aligned tile the window lets a query see
+    (``window``: 2**30 where there is none; ``ALIGN`` a multiple of ``TOKENS``)."""
     t0 = tl.program_id(0) * TOKENS
     seq = tl.program_id(1)
     kv_head = tl.program_id(2)
     q_len = tl.load(QUERY_START + seq + 1) - tl.load(QUERY_START + seq)
     ctx_len = tl.load(SEQ_LENS + seq) - q_len
     if t0 >= ctx_len:
+        return
+    if t0 < (tl.maximum(ctx_len - window + 1, 0) // ALIGN) * ALIGN:
         return
     offs_t = t0 + tl.arange(0, TOKENS)
     offs_d = tl.arange(0, D_PAD)
@@ -100,10 +110,14 @@ def gather_context(
     seq_lens: torch.Tensor,
     tokens: int = 64,
     dtype: Optional[torch.dtype] = None,
+    window: int = 0,
+    block_n: int = 1,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """K and V of every sequence's cached tokens, ``[seqs, kv_heads, L, head_size]``
     with L the block table's width in tokens, in ``dtype`` (by default the cache's; see
-    the module docstring)."""
+    the module docstring).  With a sliding ``window`` (> 0) only the rows from the
+    ``block_n``-token tile (the kernel's; a power of two) holding each sequence's first
+    visible key on are written."""
     shape = _buffer_shape(k_cache, block_table)
     seqs, kv_heads, length, head_size = shape
     x, page = k_cache.shape[4], k_cache.shape[3]
@@ -116,9 +130,9 @@ def gather_context(
     _gather_context_kernel[grid](
         k_cache, v_cache, block_table, query_start, seq_lens, kg, vg,
         *k_cache.stride()[:4], *v_cache.stride()[:4],
-        block_table.stride(0), *kg.stride()[:3],
+        block_table.stride(0), *kg.stride()[:3], window if window > 0 else NO_WINDOW,
         HEAD_SIZE=head_size, D_PAD=d_pad, X=x, PAGE=page, TOKENS=tokens,
-        num_warps=4,
+        ALIGN=max(block_n, tokens), num_warps=4,
     )  # fmt: skip
     return kg, vg
 

@@ -384,8 +384,9 @@ def prefix_prefill_triton(
     if gather:
         try:
             kg, vg = gather_context(
-                k_cache, v_cache, block_table, query_start, seq_lens, dtype=gather_dtype
-            )
+                k_cache, v_cache, block_table, query_start, seq_lens, dtype=gather_dtype,
+                window=sliding_window or 0, block_n=cfg.block_n,
+            )  # fmt: skip
             g_strides = kg.stride()[:3]
         except torch.cuda.OutOfMemoryError:  # the paged loop needs no buffers
             gather = False

@@ -284,13 +284,35 @@ def test_an_fp8_context_is_gathered_in_the_query_dtype_at_the_tuned_config(monke
     config was measured on."""
     asked = []
 
-    def copy(k_cache, v_cache, block_table, query_start, seq_lens, dtype=None):
-        asked.append(dtype)
+    def copy(k_cache, v_cache, block_table, query_start, seq_lens, dtype=None, **window):
+        asked.append((dtype, window))
         shape = (1, 2, block_table.shape[1] * 16, 128)
         return torch.zeros(shape, dtype=dtype), torch.zeros(shape, dtype=dtype)
 
     kwargs, config = _fp8_launch(monkeypatch, 1 << 30, copy)
-    assert kwargs["GATHERED"] and config == tuple(TUNED_128) and asked == [torch.float16]
+    assert kwargs["GATHERED"] and config == tuple(TUNED_128)
+    assert asked == [(torch.float16, {"window": 0, "block_n": 128})]
+
+
+def test_a_windowed_gather_is_told_the_window_and_the_key_tile(monkeypatch):
+    """The copy skips the rows below the window, aligned to the kernel's key tile (the
+    context loop starts at a tile boundary; the rows it reads must be written)."""
+    from vllm_codemod.kernels.prefill_cases import launch_arguments, make_prefill_inputs
+
+    asked = []
+
+    def copy(k_cache, v_cache, block_table, query_start, seq_lens, **kwargs):
+        asked.append(kwargs)
+        shape = (1, 2, block_table.shape[1] * 16, 64)
+        return torch.zeros(shape), torch.zeros(shape)
+
+    monkeypatch.setattr(launch, "_prefix_prefill_kernel", _Recorder())
+    monkeypatch.setattr(launch, "gather_context", copy)
+    a = make_prefill_inputs([(300, 20)], 4, 2, 64, 16, torch.float16, sliding_window=50)
+    launch.prefix_prefill_triton(
+        **launch_arguments(a), config=launch.PrefillConfig(64, 32, 4, 2), gather=True
+    )
+    assert asked == [{"dtype": None, "window": 50, "block_n": 32}]
 
 
 def test_an_fp8_cache_read_in_place_keeps_its_own_default(monkeypatch):

@@ -137,6 +137,29 @@ CASES = {
         {"sliding_window": 60, "kv_cache_dtype": "fp8"},
         SMALL,
     ),  # fmt: skip
+    # a window far shorter than the context, gathered into buffers filled with NaN
+    # first: the rows below the window are not copied and must never be read (a NaN
+    # there reaches the output through the PV dot even where its score is masked)
+    "short window gathered over nan": (
+        [(600, 40), (130, 70), (0, 20)],
+        4,
+        2,
+        32,
+        16,
+        F16,
+        {"sliding_window": 60, "gather": True, "nan_buffers": True},
+        SMALL,
+    ),  # fmt: skip
+    "short window gathered over nan, key tiles of 128": (
+        [(700, 40), (300, 9)],
+        4,
+        2,
+        32,
+        16,
+        BF16,
+        {"sliding_window": 100, "gather": True, "nan_buffers": True},
+        PrefillConfig(128, 128, 4, 2),
+    ),  # fmt: skip
     # the grid ordered query tile slowest: ragged sequences (idle tiles), packed heads
     "m last packed": (
         [(37, 40), (0, 17), (9, 3)],
@@ -157,10 +180,17 @@ def run(name: str) -> float:
     pack = extra.pop("pack", None)
     gather = extra.pop("gather", None)
     m_last = extra.pop("m_last", False)
+    nan_buffers = extra.pop("nan_buffers", False)
     a = make_prefill_inputs(lens, hq, hkv, d, page, dtype, seed=len(name), **extra)
-    prefix_prefill_triton(
-        **launch_arguments(a), config=config, pack=pack, gather=gather, m_last=m_last
-    )
+    empty = torch.empty
+    if nan_buffers:  # what the gather leaves unwritten holds NaN, not zeros
+        torch.empty = lambda *s, **k: empty(*s, **k).fill_(float("nan"))
+    try:
+        prefix_prefill_triton(
+            **launch_arguments(a), config=config, pack=pack, gather=gather, m_last=m_last
+        )
+    finally:
+        torch.empty = empty
     return prefill_error(a, a["o"])
 
 
