@@ -380,12 +380,13 @@ def prefix_prefill_triton(
         raise ValueError("prefill: head dimension of q/k/v/o and x of k_cache must be contiguous")
     if max_query_len <= 0 or num_seqs == 0:
         return
+    window = sliding_window if sliding_window and sliding_window > 0 else 0
     kg, vg, g_strides = k_cache, v_cache, (0, 0, 0)
     if gather:
         try:
             kg, vg = gather_context(
                 k_cache, v_cache, block_table, query_start, seq_lens, dtype=gather_dtype,
-                window=sliding_window or 0, block_n=cfg.block_n,
+                window=window, block_n=cfg.block_n,
             )  # fmt: skip
             g_strides = kg.stride()[:3]
         except torch.cuda.OutOfMemoryError:  # the paged loop needs no buffers
@@ -404,7 +405,6 @@ def prefix_prefill_triton(
         raise ValueError(f"prefill: pack {heads_per_program} must divide {group} and fit BLOCK_M")
     queries = cfg.block_m // heads_per_program
     num_m_tiles = -(-max_query_len // queries)
-    window = sliding_window if sliding_window and sliding_window > 0 else 0
     k_run, v_run = _runs(k_cache.shape[4], kcs, v_cache.shape[3], vcs, cfg.block_n)
     grid = (num_m_tiles, num_seqs, num_heads // heads_per_program)
     if m_last:

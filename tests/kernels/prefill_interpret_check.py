@@ -116,7 +116,7 @@ CASES = {
         F16,
         {"sliding_window": 60},
         SMALL,
-    ),  # fmt: skip
+    ),
     "window edge then open tiles gathered": (
         [(150, 20), (10, 100)],
         4,
@@ -126,7 +126,7 @@ CASES = {
         F16,
         {"sliding_window": 60, "gather": True},
         SMALL,
-    ),  # fmt: skip
+    ),
     "window edge then open tiles fp8": (
         [(150, 20), (10, 100)],
         4,
@@ -136,7 +136,7 @@ CASES = {
         BF16,
         {"sliding_window": 60, "kv_cache_dtype": "fp8"},
         SMALL,
-    ),  # fmt: skip
+    ),
     # a window far shorter than the context, gathered into buffers filled with NaN
     # first: the rows below the window are not copied and must never be read (a NaN
     # there reaches the output through the PV dot even where its score is masked)
@@ -149,7 +149,7 @@ CASES = {
         F16,
         {"sliding_window": 60, "gather": True, "nan_buffers": True},
         SMALL,
-    ),  # fmt: skip
+    ),
     "short window gathered over nan, key tiles of 128": (
         [(700, 40), (300, 9)],
         4,
@@ -159,7 +159,7 @@ CASES = {
         BF16,
         {"sliding_window": 100, "gather": True, "nan_buffers": True},
         PrefillConfig(128, 128, 4, 2),
-    ),  # fmt: skip
+    ),
     # the grid ordered query tile slowest: ragged sequences (idle tiles), packed heads
     "m last packed": (
         [(37, 40), (0, 17), (9, 3)],

@@ -454,10 +454,9 @@ class PrefillConfigTuner:
         """``entries`` with the groups the budget cut measured further, within ``budget``
         (what the phases after this one left: an H100 run ended 76 s under its budget
         with 7 of 13 candidates of one group and 4 of another never timed)."""
-        pending, self.pending = self.pending, []
-        if not pending or budget.exhausted():
-            self.pending = pending
+        if not self.pending or budget.exhausted():
             return entries
+        pending, self.pending = self.pending, []
         done = {(e["head_size_padded"], e["dtype"]): e for e in entries}
         try:
             for i, group in enumerate(pending):
