@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -35,7 +36,17 @@ TINY = ("--device", "cpu", "--shape", "4/2/64", "--shape", "4/4/64:alibi",
         "--max-model-len", "512", "--max-num-seqs", "1")  # fmt: skip
 
 
-def test_tune_on_cpu_writes_a_valid_file_and_leaves_the_tree_alone(patched, tmp_path):
+def test_tune_on_cpu_writes_a_valid_file_and_leaves_the_tree_alone(patched, tmp_path, monkeypatch):
+    from vllm_codemod.tuning import measure
+
+    def slow_decode(*args, **kwargs):
+        """Decode's phase at least 0.2 s: on a fast CPU its few points round to 0.0 s."""
+        result = real_decode(*args, **kwargs)
+        time.sleep(0.2)
+        return result
+
+    real_decode = measure.measure_decode
+    monkeypatch.setattr(measure, "measure_decode", slow_decode)
     before = snapshot(patched)
     out = tmp_path / "tuning.json"
     result = run("tune", "--site-packages", str(patched), *TINY, "--max-model-len", "1024",
@@ -78,7 +89,6 @@ def test_what_decode_leaves_goes_back_to_cut_prefill_configs(patched, tmp_path, 
     """On CPU nothing measures our prefill configs, so a stand-in for a tuner whose groups
     the share cut: after decode it gets the rest of the budget, its notes replace the
     first pass's, and its time counts as the configs' phase."""
-    import time
 
     class CutTuner:
         skipped = ["first pass: cut"]
