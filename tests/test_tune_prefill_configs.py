@@ -181,6 +181,18 @@ def test_what_later_phases_leave_resumes_a_cut_group(monkeypatch):
     assert tuner.pending == []
 
 
+def test_the_progress_bar_counts_each_candidate_once(monkeypatch):
+    """The bar's total grows by a group's candidates on its first pass only, so a
+    resumed group fills it instead of running past it."""
+    clock = FakeClock(per_timing=1000.0)
+    tuner, _, _ = _tuner([NOISE, FAST], monkeypatch, budget=Budget(1000.0, clock))
+    tuner.progress = Progress(2, enabled=False)  # two steps of the phases before
+    entries = tuner.run_cases(DEPLOY, POINTS)
+    assert (tuner.progress.done, tuner.progress.total) == (1, 5)
+    tuner.resume(entries, Budget(None, clock))
+    assert (tuner.progress.done, tuner.progress.total) == (3, 5)
+
+
 def test_a_resume_without_time_changes_nothing(monkeypatch):
     clock = FakeClock(per_timing=1000.0)
     tuner, _, timer = _tuner([FAST], monkeypatch, budget=Budget(1000.0, clock))

@@ -310,6 +310,8 @@ class PrefillConfigTuner:
         if not timed:
             return None
         works = self._works(timed)
+        if results is None:  # a resumed group's candidates were counted the first time
+            self.progress.add(len(configs))
         results = [] if results is None else list(results)
         try:
             for config in configs[len(results) :]:

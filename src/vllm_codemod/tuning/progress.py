@@ -48,6 +48,11 @@ class Progress:
         self.stream = stream or sys.stderr
         self.enabled = self.stream.isatty() if enabled is None else enabled
 
+    def add(self, steps: int) -> None:
+        """Count ``steps`` more that were not known when the bar was made (the prefill
+        configs' candidates: how many depends on the device's shared memory)."""
+        self.total += max(0, steps)
+
     def step(self, label: str) -> None:
         self.done += 1
         if not self.enabled:
