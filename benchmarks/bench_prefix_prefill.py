@@ -104,7 +104,8 @@ def make(seqs: int, ctx: int, new: int, hq: int, hkv: int, d: int, args) -> Dict
     """One call's arguments on the GPU (``prefill_cases``), plus the case's ctx and new."""
     a = make_prefill_inputs(
         [(ctx, new)] * seqs, hq, hkv, d, PAGE, args.dtype, device="cuda",
-        kv_cache_dtype=args.kv_cache_dtype, alibi=args.alibi, sliding_window=args.window,
+        kv_cache_dtype=args.kv_cache_dtype, alibi=args.alibi,
+        sliding_window=window_of(args, ctx, new),
     )  # fmt: skip
     a.update(ctx=ctx, new=new)
     if args.sorted_pages:
@@ -271,6 +272,22 @@ def case_name(seqs: int, ctx: int, new: int, hq: int, hkv: int, d: int) -> str:
     return f"{seqs}x({k(ctx)}+{k(new)}) {hq}/{hkv}/{d}"
 
 
+#: ``--window seq``: each case's own sequence length.
+SEQ_WINDOW = -1
+
+
+def parse_window(text: str) -> int:
+    return SEQ_WINDOW if text == "seq" else int(text)
+
+
+def window_of(args, ctx: int, new: int) -> int:
+    """The case's sliding window.  ``seq`` is a window that masks nothing and
+    still runs the kernel's window loops: the launcher launches a window at least as wide
+    as the block table's tokens plus the new ones as no window, and the inputs' table
+    holds one page more than the context."""
+    return ctx + new if args.window == SEQ_WINDOW else args.window
+
+
 def parse_case(text: str) -> Tuple[int, int, int, int, int, int]:
     seqs, ctx, new, hq, hkv, d = (int(x) for x in text.split(","))
     return seqs, ctx, new, hq, hkv, d
@@ -279,7 +296,7 @@ def parse_case(text: str) -> Tuple[int, int, int, int, int, int]:
 def bench_case(name: str, peak: float, args, trees) -> Dict[str, Any]:
     seqs, ctx, new, hq, hkv, d = CASES[name]
     a = make(seqs, ctx, new, hq, hkv, d, args)
-    work = flops(seqs, ctx, new, hq, d, args.window)
+    work = flops(seqs, ctx, new, hq, d, window_of(args, ctx, new))
     default, gathered = launch_plan(a["q"], a["k_cache"], a["block_table"])
     how = "gathered" if gathered else "paged"
     print(f"{name}: {work / 1e12:.2f} TFLOP, default config {tuple(default)} {how}", flush=True)
@@ -381,7 +398,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         "--kv-cache-dtype", default="auto", choices=("auto", "fp8", "fp8_e4m3", "fp8_e5m2")
     )
     parser.add_argument("--alibi", action="store_true")
-    parser.add_argument("--window", type=int, default=0)
+    parser.add_argument(
+        "--window", type=parse_window, default=0,
+        help="sliding window in tokens; 'seq': each case's sequence length (no key masked, "
+        "the window path's loops still run)",
+    )  # fmt: skip
     parser.add_argument("--json", type=Path)
     parser.add_argument("--case", action="append", default=[], type=parse_case)
     parser.add_argument("--sorted-pages", action="store_true")

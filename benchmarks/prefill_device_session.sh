@@ -18,9 +18,10 @@
 #                  untimed; does an fp8 cache gathered to 16 bits run at bf16's speed?)
 #   batch          the 8 x (1K + 512) batch at five gathered configs, each also with the
 #                  grid ordered query tile slowest (--m-last: the last wave's tail)
-#   window         the quick cases with a sliding window wider than every sequence (the
-#                  window path doing the plain path's work) and with a 4096-token one,
-#                  beside the plain path, at the launcher's configs
+#   window         the quick cases at the launcher's configs: no window; a window of each
+#                  sequence's length (`seq`: the window path doing the plain path's work);
+#                  one wider than the block table (launched as no window); 4096 tokens.
+#                  Each run's rows land in $OUT/window-<w>.json (its log: the call's output)
 #   short          1 sequence at 1K-8K contexts, (128,128,8,3) paged and gathered: where
 #                  gathering stops paying (session 15's tune: 207 against 72 us at 1K+512)
 # Usage: OUT=/some/dir STEPS="install prefill-tests bench" bash benchmarks/prefill_device_session.sh
@@ -68,10 +69,9 @@ done
 step batch 150 python3 benchmarks/bench_prefix_prefill.py --no-baselines --no-headline \
   --only "8x(1K+512) 32/8/128" --m-last --config 128,128,8,2 --config 128,128,8,3 \
   --config 128,64,4,3 --config 64,64,4,3 --config 64,32,4,3 --json "$OUT/batch.json"
-for w in 0 131072 4096; do
+for w in 0 seq 131072 4096; do
   step window 150 python3 benchmarks/bench_prefix_prefill.py --quick --no-baselines \
     --no-headline --window $w --json "$OUT/window-$w.json"
-  cp "$OUT/window.log" "$OUT/window-$w.log" 2>/dev/null
 done
 step short 180 python3 benchmarks/bench_prefix_prefill.py --no-baselines --no-headline --gather \
   --config 128,128,8,3 --only "8x(1K+512) 32/8/128" --case 1,1024,512,32,8,128 --case 1,2048,1024,32,8,128 \

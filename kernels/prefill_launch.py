@@ -381,6 +381,14 @@ def prefix_prefill_triton(
     if max_query_len <= 0 or num_seqs == 0:
         return
     window = sliding_window if sliding_window and sliding_window > 0 else 0
+    if window >= block_table.shape[1] * v_cache.shape[3] + max_query_len:
+        # No (query, key) pair of this call is that far apart: a key lies below the
+        # table's capacity, a query less than max_query_len past it.  The window masks
+        # nothing, so the plain launch does the work, without the window's edge loops (on
+        # an H100 they cost 8% on 8 x (1K + 512) with a window wider than every sequence;
+        # where a block table is as wide as the batch's longest sequence needs, short
+        # prompts under a model's window get here).
+        window = 0
     kg, vg, g_strides = k_cache, v_cache, (0, 0, 0)
     if gather:
         try:

@@ -315,6 +315,33 @@ def test_a_windowed_gather_is_told_the_window_and_the_key_tile(monkeypatch):
     assert asked == [{"dtype": None, "window": 50, "block_n": 32}]
 
 
+@pytest.mark.parametrize("window, kept", [(339, True), (340, False), (10**6, False)])
+def test_a_window_no_pair_can_reach_launches_as_no_window(monkeypatch, window, kept):
+    """20 pages of 16 tokens and 20 new: the last query is at most 339 tokens past a key,
+    so from 340 on the window masks nothing and the plain launch (no edge loops, the
+    whole context copied) does the work."""
+    from vllm_codemod.kernels.prefill_cases import launch_arguments, make_prefill_inputs
+
+    asked = []
+
+    def copy(k_cache, v_cache, block_table, query_start, seq_lens, **kwargs):
+        asked.append(kwargs["window"])
+        shape = (1, 2, block_table.shape[1] * 16, 64)
+        return torch.zeros(shape), torch.zeros(shape)
+
+    kernel = _Recorder()
+    monkeypatch.setattr(launch, "_prefix_prefill_kernel", kernel)
+    monkeypatch.setattr(launch, "gather_context", copy)
+    a = make_prefill_inputs([(300, 20)], 4, 2, 64, 16, torch.float16, sliding_window=window)
+    assert a["block_table"].shape[1] == 20
+    launch.prefix_prefill_triton(
+        **launch_arguments(a), config=launch.PrefillConfig(64, 32, 4, 2), gather=True
+    )
+    ((args, kwargs),) = kernel.calls
+    assert kwargs["WINDOW"] is kept
+    assert args[13] == asked[0] == (window if kept else 0)  # the kernel's window argument
+
+
 def test_an_fp8_cache_read_in_place_keeps_its_own_default(monkeypatch):
     """No gather (limit 0, gather=False, or no memory for the buffers): the paged loop
     over fp8 tiles, at the fp8 default that fits 48 KB with their conversion."""

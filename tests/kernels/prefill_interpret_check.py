@@ -42,7 +42,41 @@ CASES = {
     "ctx not a page multiple": ([(17, 33), (31, 5)], 2, 2, 32, 16, F16, {}, SMALL),
     "alibi": ([(20, 30), (50, 9)], 4, 2, 32, 16, F16, {"alibi": True}, SMALL),
     "sliding window": ([(40, 30), (9, 50)], 4, 2, 32, 16, F16, {"sliding_window": 13}, SMALL),
-    "window wider than ctx": ([(10, 20)], 2, 1, 32, 16, F16, {"sliding_window": 200}, SMALL),
+    # wider than the sequence (nothing masked) but not than the block table's 2 pages +
+    # 20 new tokens, so the window's loops run (a wider one launches as no window)
+    "window wider than the sequence": (
+        [(10, 20)],
+        2,
+        1,
+        32,
+        16,
+        F16,
+        {"sliding_window": 40},
+        SMALL,
+    ),
+    # a table of exactly the context's 2 pages + 8 new tokens: the last query is 39
+    # tokens past the first key, so a window of 39 masks that key (the launch keeps the
+    # window) and one of 40 masks nothing (the launch drops it); fp32 sees the one key
+    "window one short of the table": (
+        [(32, 8)],
+        2,
+        1,
+        32,
+        16,
+        F32,
+        {"sliding_window": 39, "table_pages": 2},
+        SMALL,
+    ),
+    "window as wide as the table": (
+        [(32, 8)],
+        2,
+        1,
+        32,
+        16,
+        F32,
+        {"sliding_window": 40, "table_pages": 2},
+        SMALL,
+    ),
     "fp8 e4m3": ([(40, 20), (17, 9)], 4, 2, 32, 16, BF16, {"kv_cache_dtype": "fp8"}, SMALL),
     "fp8 e5m2": ([(33, 12)], 4, 2, 32, 16, F16, {"kv_cache_dtype": "fp8_e5m2"}, SMALL),
     "skip decode": ([(20, 30), (50, 1), (7, 9)], 2, 1, 32, 16, F16, {"skip_decode": True}, SMALL),
@@ -181,7 +215,10 @@ def run(name: str) -> float:
     gather = extra.pop("gather", None)
     m_last = extra.pop("m_last", False)
     nan_buffers = extra.pop("nan_buffers", False)
+    table_pages = extra.pop("table_pages", None)
     a = make_prefill_inputs(lens, hq, hkv, d, page, dtype, seed=len(name), **extra)
+    if table_pages is not None:  # the inputs' table has a spare page: take it away
+        a["block_table"] = a["block_table"][:, :table_pages].contiguous()
     empty = torch.empty
     if nan_buffers:  # what the gather leaves unwritten holds NaN, not zeros
         torch.empty = lambda *s, **k: empty(*s, **k).fill_(float("nan"))
