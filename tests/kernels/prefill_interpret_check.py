@@ -30,6 +30,9 @@ ALIBI_WINDOW8 = {"alibi": True, "sliding_window": 11, "pack": 8}
 BF16, F16, F32 = torch.bfloat16, torch.float16, torch.float32
 TOLERANCE = {BF16: 1e-2, F16: 2e-3, F32: 1e-4}
 
+#: One 32-token context (two pages) and 8 new tokens, fp32 (one key's weight shows).
+TRIMMED = ([(32, 8)], 2, 1, 32, 16, F32)
+
 # name: (lens [(ctx, new)], heads, kv heads, head, page, dtype, extra, config)
 CASES = {
     "gqa ragged": ([(5, 3), (37, 40), (16, 17)], 4, 2, 32, 16, F16, {}, SMALL),
@@ -57,26 +60,8 @@ CASES = {
     # a table of exactly the context's 2 pages + 8 new tokens: the last query is 39
     # tokens past the first key, so a window of 39 masks that key (the launch keeps the
     # window) and one of 40 masks nothing (the launch drops it); fp32 sees the one key
-    "window one short of the table": (
-        [(32, 8)],
-        2,
-        1,
-        32,
-        16,
-        F32,
-        {"sliding_window": 39, "table_pages": 2},
-        SMALL,
-    ),
-    "window as wide as the table": (
-        [(32, 8)],
-        2,
-        1,
-        32,
-        16,
-        F32,
-        {"sliding_window": 40, "table_pages": 2},
-        SMALL,
-    ),
+    "window one short of the table": (*TRIMMED, {"sliding_window": 39, "table_pages": 2}, SMALL),
+    "window as wide as the table": (*TRIMMED, {"sliding_window": 40, "table_pages": 2}, SMALL),
     "fp8 e4m3": ([(40, 20), (17, 9)], 4, 2, 32, 16, BF16, {"kv_cache_dtype": "fp8"}, SMALL),
     "fp8 e5m2": ([(33, 12)], 4, 2, 32, 16, F16, {"kv_cache_dtype": "fp8_e5m2"}, SMALL),
     "skip decode": ([(20, 30), (50, 1), (7, 9)], 2, 1, 32, 16, F16, {"skip_decode": True}, SMALL),
