@@ -312,7 +312,9 @@ class PrefillConfigTuner:
         works = self._works(timed)
         if results is None:  # a resumed group's candidates were counted the first time
             self.progress.add(len(configs))
-        results = [] if results is None else list(results)
+            results = []
+        else:
+            results = list(results)
         try:
             for config in configs[len(results) :]:
                 budget.check()
