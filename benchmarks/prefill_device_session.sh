@@ -5,8 +5,12 @@
 # 14 minutes: more than one 10-minute call, so split it):
 #   install        this tree editable; with WHEELS=DIR also the CLI's dependencies from
 #                  wheels carried in DIR (the device images have no libcst; without it
-#                  `apply` exits 2 and the tune and fork tests fail)
-#   prefill-tests  tests/kernels/test_prefill_gpu.py (202-316 s on H100s in sessions 20-21)
+#                  `apply` exits 2 and the tune and fork tests fail), and pytest-xdist
+#                  where DIR has it: the test steps then run WORKERS (default 8) processes,
+#                  since they are bound by Triton's compiles on the CPU, not by the GPU
+#   gpu-suite      the README's GPU command, `pytest -q -m gpu` over tests/: every GPU test
+#                  in one run (the three steps below together)
+#   prefill-tests  tests/kernels/test_prefill_gpu.py (202-316 s in one process on H100s, s20-21)
 #   cli-tests      -m gpu tests/test_tune_triton.py tests/kernels/test_forward_prefix_fork.py
 #   decode-tests   -m gpu tests/kernels/test_pa_gpu.py (selfcheck runs the prefill cases)
 #   tune           benchmarks/tune_session.sh (the corex-0.8.3 fixture, prefill configs
@@ -28,7 +32,7 @@
 set -u
 export PYTHONUNBUFFERED=1
 OUT=${OUT:?set OUT to the folder for logs}
-STEPS=" ${STEPS:-install prefill-tests cli-tests decode-tests tune bench fp8 batch window short} "
+STEPS=" ${STEPS:-install gpu-suite tune bench fp8 batch window short} "
 status=0
 step() {  # step NAME LIMIT_S COMMAND...
   local name=$1 limit=$2
@@ -46,6 +50,8 @@ install() {
   if [ -n "${WHEELS:-}" ]; then
     python3 -m pip install -q --no-index --find-links "$WHEELS" libcst click packaging \
       ruamel.yaml pyyaml || return 1
+    python3 -m pip install -q --no-index --find-links "$WHEELS" pytest-xdist \
+      || echo "install: no pytest-xdist from $WHEELS; the tests run in one process"
   fi
   python3 -m pip install -q --no-deps --no-build-isolation -e .
 }
@@ -53,10 +59,17 @@ install() {
 export -f install  # `timeout` runs programs, not shell functions
 step install 120 bash -c install
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
-step prefill-tests 450 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_prefill_gpu.py
-step cli-tests 300 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_tune_triton.py \
+# Worker processes for the test steps (none without pytest-xdist).  The tests check
+# results, never timings, so sharing the GPU cannot change what they assert.
+PAR=()
+python3 -c "import xdist" 2>/dev/null && PAR=(-n "${WORKERS:-8}")
+echo "pytest workers: ${PAR[*]:-none}"
+PYTEST=(python3 -m pytest -q -rs -p no:cacheprovider ${PAR[@]+"${PAR[@]}"})
+step gpu-suite 540 "${PYTEST[@]}" -m gpu tests
+step prefill-tests 450 "${PYTEST[@]}" tests/kernels/test_prefill_gpu.py
+step cli-tests 300 "${PYTEST[@]}" -m gpu tests/test_tune_triton.py \
   tests/kernels/test_forward_prefix_fork.py
-step decode-tests 270 python3 -m pytest -q -rs -p no:cacheprovider -m gpu tests/kernels/test_pa_gpu.py
+step decode-tests 270 "${PYTEST[@]}" -m gpu tests/kernels/test_pa_gpu.py
 step tune $(( ${BUDGET:-200} + 100 )) env OUT="$OUT" BUDGET="${BUDGET:-200}" bash benchmarks/tune_session.sh
 # shellcheck disable=SC2086
 step bench 420 python3 benchmarks/bench_prefix_prefill.py --json "$OUT/prefill.json" ${BENCH_ARGS:-}
