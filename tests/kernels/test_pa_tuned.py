@@ -118,15 +118,16 @@ def test_the_bundled_h200_table_is_the_default_for_that_device_only(tmp_path, mo
 
 def test_the_bundled_prefill_configs_are_the_h100s_alone(tmp_path, monkeypatch):
     """The H100 table (``tune`` on an H100, session 20) chose (128, 128, 8, 3) for head
-    128 in 16-bit at every size, and (128, 64, 8, 2) for head 256 from a work of 24.0M
-    on (the built-in default below it); the H200 table has no prefill entries, and
-    other devices none."""
+    128 in 16-bit from a work of 53.6M on, (128, 64, 8, 1) below it (the tiers that
+    session 22's per-side margin draws from the same measurements), and (128, 64, 8, 2)
+    for head 256 from a work of 24.0M on (the built-in default below it); the H200
+    table has no prefill entries, and other devices none."""
     monkeypatch.setattr(tuned, "TABLE_FILE", str(tmp_path / "absent.json"))
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     expected = {
         "NVIDIA H100 80GB HBM3": (
             {(128, 2): (128, 128, 8, 3), (256, 2): (128, 64, 8, 2)},
-            {(256, 2): (23957867, None)},
+            {(128, 2): (53571420, (128, 64, 8, 1)), (256, 2): (23957867, None)},
         ),
         "NVIDIA H200": ({}, {}),
         "Iluvatar BI-V100": ({}, {}),
