@@ -18,9 +18,9 @@ from pa_helpers import make_inputs  # noqa: E402  (this directory)
 from vllm_codemod.kernels import call as call_mod  # noqa: E402
 from vllm_codemod.kernels import dispatch, tuned, tuning_table, vendor_v1  # noqa: E402
 
-# The table bundled with the kernels (run v27: tune's budget covered the 512-token point),
-# and a fuller one tune wrote on the same GPU in run v24 (512 to 128K tokens, against the
-# launch defaults of that time): the fixture for the decision logic.
+# The table bundled with the kernels (session 23's tune: 512 to 128K tokens, prefill configs),
+# and one tune wrote on the same GPU in run v24 (512 to 128K tokens, against the launch
+# defaults of that time): the fixture for the decision logic.
 H200_TABLE = Path(__file__).resolve().parents[2] / "kernels" / "tuning-h200.json"
 H100_TABLE = H200_TABLE.with_name("tuning-h100.json")
 FULL_TABLE = Path(__file__).resolve().parent / "data" / "tuning-h200-v24.json"
@@ -62,13 +62,17 @@ def test_the_v24_example_validates_and_covers_the_deployment_shape():
 
 
 def test_the_bundled_h200_table_decides_only_what_it_measured():
-    """The bundled table (run v27): ALiBi prefix prefill at 8 warps, decode at 512 tokens;
-    longer sequences keep the built-in rules, which were measured on the H200 (v25/v26)."""
+    """The bundled table (``tune`` on an H200, session 23, 430 s): the tree's prefix prefill
+    at 4 warps; single-sequence decode measured from 512 to 128K tokens, with the launch
+    defaults kept where they won; past the grid, or for a batch, the built-in rules."""
     device = tuning_table.load(str(H200_TABLE)).for_device("NVIDIA H200")
-    assert device is not None and device.prefill_num_warps == 8
-    assert device.decide(1, 32, 8, 128, 512, "bfloat16") is not None
-    for n in (513, 4096, 100_000):
-        assert device.decide(1, 32, 8, 128, n, "bfloat16") is None
+    assert device is not None and device.prefill_num_warps == 4
+    assert device.decide(1, 32, 8, 128, 512, "bfloat16").config is None  # the default won
+    assert device.decide(1, 32, 8, 128, 4096, "bfloat16").config == (32, 1, 1, True, 1, True, 128)
+    for n in (100_000, 131_072):
+        assert device.decide(1, 32, 8, 128, n, "bfloat16").config is None
+    assert device.decide(1, 32, 8, 128, 131_073, "bfloat16") is None  # past the grid
+    assert device.decide(8, 32, 8, 128, 2048, "bfloat16") is None  # not measured
 
 
 def test_decisions_follow_the_table_for_this_device(table, monkeypatch):
@@ -116,20 +120,21 @@ def test_the_bundled_h200_table_is_the_default_for_that_device_only(tmp_path, mo
     assert tuned.decision(batch) is None  # only single sequences were measured
 
 
-def test_the_bundled_prefill_configs_are_the_h100s_alone(tmp_path, monkeypatch):
-    """The H100 table (``tune`` on an H100, session 20) chose (128, 128, 8, 3) for head
-    128 in 16-bit from a work of 53.6M on, (128, 64, 8, 1) below it (the tiers that
-    session 22's per-side margin draws from the same measurements), and (128, 64, 8, 2)
-    for head 256 from a work of 24.0M on (the built-in default below it); the H200
-    table has no prefill entries, and other devices none."""
+def test_the_bundled_prefill_configs_follow_each_devices_own_tune(tmp_path, monkeypatch):
+    """Each table is its device's ``tune``: the H100's (session 20; head 128's tiers
+    redrawn in session 22 by the per-side margin from the same measurements) and the
+    H200's (session 23) both chose (128, 128, 8, 3) for head 128 in 16-bit from a work of
+    53.6M on, (128, 64, 8, 1) below it, and (128, 64, 8, 2) for head 256 from a work of
+    24.0M on (the built-in default below it); other devices get none."""
     monkeypatch.setattr(tuned, "TABLE_FILE", str(tmp_path / "absent.json"))
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    measured = (
+        {(128, 2): (128, 128, 8, 3), (256, 2): (128, 64, 8, 2)},
+        {(128, 2): (53571420, (128, 64, 8, 1)), (256, 2): (23957867, None)},
+    )
     expected = {
-        "NVIDIA H100 80GB HBM3": (
-            {(128, 2): (128, 128, 8, 3), (256, 2): (128, 64, 8, 2)},
-            {(128, 2): (53571420, (128, 64, 8, 1)), (256, 2): (23957867, None)},
-        ),
-        "NVIDIA H200": ({}, {}),
+        "NVIDIA H100 80GB HBM3": measured,
+        "NVIDIA H200": measured,
         "Iluvatar BI-V100": ({}, {}),
     }
     for name, (configs, small) in expected.items():
