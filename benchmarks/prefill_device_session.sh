@@ -28,6 +28,11 @@
 #                  Each run's rows land in $OUT/window-<w>.json (its log: the call's output)
 #   short          1 sequence at 1K-8K contexts, (128,128,8,3) paged and gathered: where
 #                  gathering stops paying (session 15's tune: 207 against 72 us at 1K+512)
+#   variants       the quick cases at the launcher's configs in bf16, fp16 and bf16 with
+#                  ALiBi, one after the other (the fp16 and ALiBi targets compare each
+#                  with the bf16 run of the same call); rows in $OUT/variants-<v>.json
+# The run tool brings back at most 8 files from $OUT, so at the end every file there is
+# packed into $OUT/session.tar.gz (BUNDLE=0 keeps them loose); unpack it with `tar xzf`.
 # Usage: OUT=/some/dir STEPS="install prefill-tests bench" bash benchmarks/prefill_device_session.sh
 set -u
 export PYTHONUNBUFFERED=1
@@ -85,8 +90,21 @@ step batch 150 python3 benchmarks/bench_prefix_prefill.py --no-baselines --no-he
 for w in 0 seq 131072 4096; do
   step window 150 python3 benchmarks/bench_prefix_prefill.py --quick --no-baselines \
     --no-headline --window $w --json "$OUT/window-$w.json"
+  cp "$OUT/window.log" "$OUT/window-$w.log" 2>/dev/null
 done
 step short 180 python3 benchmarks/bench_prefix_prefill.py --no-baselines --no-headline --gather \
   --config 128,128,8,3 --only "8x(1K+512) 32/8/128" --case 1,1024,512,32,8,128 --case 1,2048,1024,32,8,128 \
   --case 1,4096,1024,32,8,128 --case 1,8192,2048,32,8,128 --host --json "$OUT/short.json"
+for v in bf16 fp16 alibi; do
+  case $v in bf16) extra=() ;; fp16) extra=(--dtype float16) ;; alibi) extra=(--alibi) ;; esac
+  step variants 150 python3 benchmarks/bench_prefix_prefill.py --quick --no-baselines \
+    --no-headline ${extra[@]+"${extra[@]}"} --json "$OUT/variants-$v.json"
+  cp "$OUT/variants.log" "$OUT/variants-$v.log" 2>/dev/null
+done
+if [ "${BUNDLE:-1}" != 0 ] && [ -n "$(ls -A "$OUT")" ]; then
+  pack=$(mktemp -d)
+  tar -C "$OUT" -czf "$pack/session.tar.gz" . && find "$OUT" -mindepth 1 -delete \
+    && mv "$pack/session.tar.gz" "$OUT/" && echo "packed into $OUT/session.tar.gz"
+  rm -rf "$pack"
+fi
 exit $status
