@@ -32,11 +32,13 @@
 #                  ALiBi, one after the other (the fp16 and ALiBi targets compare each
 #                  with the bf16 run of the same call); rows in $OUT/variants-<v>.json
 # The run tool brings back at most 8 files from $OUT, so at the end every file there is
-# packed into $OUT/session.tar.gz (BUNDLE=0 keeps them loose); unpack it with `tar xzf`.
+# moved into $OUT/session.tar.gz (unpack it with `tar xzf`) when $OUT was empty at the
+# start, as the device's is; BUNDLE=1 packs a folder that held files, BUNDLE=0 never packs.
 # Usage: OUT=/some/dir STEPS="install prefill-tests bench" bash benchmarks/prefill_device_session.sh
 set -u
 export PYTHONUNBUFFERED=1
 OUT=${OUT:?set OUT to the folder for logs}
+[ -z "$(ls -A "$OUT" 2>/dev/null)" ] && BUNDLE=${BUNDLE:-1}
 STEPS=" ${STEPS:-install gpu-suite tune bench fp8 batch window short} "
 status=0
 step() {  # step NAME LIMIT_S COMMAND...
@@ -101,7 +103,7 @@ for v in bf16 fp16 alibi; do
     --no-headline ${extra[@]+"${extra[@]}"} --json "$OUT/variants-$v.json"
   cp "$OUT/variants.log" "$OUT/variants-$v.log" 2>/dev/null
 done
-if [ "${BUNDLE:-1}" != 0 ] && [ -n "$(ls -A "$OUT")" ]; then
+if [ "${BUNDLE:-0}" = 1 ] && [ -n "$(ls -A "$OUT")" ]; then
   pack=$(mktemp -d)
   tar -C "$OUT" -czf "$pack/session.tar.gz" . && find "$OUT" -mindepth 1 -delete \
     && mv "$pack/session.tar.gz" "$OUT/" && echo "packed into $OUT/session.tar.gz"

@@ -1,5 +1,6 @@
 """The device session script packs its outputs: the run tool returns at most 8 files from
-``$OUT``, and session 23 lost its window and short logs to that limit."""
+``$OUT``, and session 23 lost its window and short logs to that limit.  It moves only what
+it can own: a folder that held files before the run stays as it was unless asked."""
 
 from __future__ import annotations
 
@@ -33,9 +34,31 @@ def _fill(out: Path) -> None:
     (out / "sub" / "rows.json").write_text("{}\n")
 
 
-def test_every_output_is_packed_into_one_archive(tmp_path):
+def _fake_gpu_query(tmp_path: Path) -> str:
+    """A PATH whose ``nvidia-smi`` (which the script always runs) writes two files into
+    $OUT, as the steps do on the device."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "nvidia-smi"
+    fake.write_text('#!/bin/sh\necho a > "$OUT/a.log"; echo b > "$OUT/b.json"\n')
+    fake.chmod(0o755)
+    return f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
+
+
+def test_what_a_run_writes_into_an_empty_out_is_packed(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    result = _run(out, PATH=_fake_gpu_query(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["session.tar.gz"]
+    with tarfile.open(out / "session.tar.gz") as archive:
+        assert {os.path.normpath(n) for n in archive.getnames()} >= {"a.log", "b.json"}
+        assert archive.extractfile("./b.json").read() == b"b\n"
+
+
+def test_bundle_1_packs_every_file_and_folder(tmp_path):
     _fill(tmp_path)
-    result = _run(tmp_path)
+    result = _run(tmp_path, BUNDLE="1")
     assert result.returncode == 0, result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["session.tar.gz"]
     with tarfile.open(tmp_path / "session.tar.gz") as archive:
@@ -44,11 +67,21 @@ def test_every_output_is_packed_into_one_archive(tmp_path):
         assert archive.extractfile("./step-3.log").read() == b"log 3\n"
 
 
-def test_bundle_0_leaves_the_files_loose(tmp_path):
+@pytest.mark.parametrize("bundle", [None, "0"])
+def test_a_folder_that_held_files_is_left_loose(tmp_path, bundle):
+    """Files that were there before the run are not the script's to move (unless asked)."""
     _fill(tmp_path)
-    assert _run(tmp_path, BUNDLE="0").returncode == 0
+    env = {} if bundle is None else {"BUNDLE": bundle}
+    assert _run(tmp_path, **env).returncode == 0
     assert not (tmp_path / "session.tar.gz").exists()
     assert len(list(tmp_path.glob("step-*.log"))) == 9
+
+
+def test_bundle_0_leaves_a_runs_files_loose(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    assert _run(out, BUNDLE="0", PATH=_fake_gpu_query(tmp_path)).returncode == 0
+    assert sorted(p.name for p in out.iterdir()) == ["a.log", "b.json"]
 
 
 def test_an_empty_out_stays_empty(tmp_path):
