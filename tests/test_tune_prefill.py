@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import os
 import types
 
 import pytest
@@ -179,3 +181,62 @@ def test_run_picks_the_fastest_correct_warps_and_restores_the_module():
     assert (entry["default_us"], entry["winner_us"]) == (1812.0, 1068.0)
     statuses = {c["num_warps"]: c["status"] for c in entry["candidates"]}
     assert statuses == {2: "wrong", 4: "ok", 8: "ok"}
+
+
+def _routed_prefix_prefill(calls):
+    """A tree the prefix-prefill-route codemod patched: the bundled kernel (which ignores
+    NUM_WARPS) takes every call it is offered, the tree's own body only what it declines."""
+    from vllm_codemod.kernels import prefill as bundled
+
+    module = _fake_prefix_prefill()
+    own = module.context_attention_fwd
+
+    @functools.wraps(own)  # the tuner binds by the tree's parameter names
+    def context_attention_fwd(**kwargs):
+        if bundled._requested() != "tree":  # the bundled kernel would take this call
+            calls.append("bundled")
+            kwargs["o"].copy_(prefill.reference_prefill(kwargs))
+            return
+        calls.append(module.NUM_WARPS)
+        own(**kwargs)
+
+    module.context_attention_fwd = context_attention_fwd
+    return module
+
+
+@pytest.mark.parametrize("preset", [None, "triton"])
+def test_the_warps_are_measured_on_the_trees_kernel_not_the_bundled_one(monkeypatch, preset):
+    # From the route codemod (fd32b66) until this test, tune timed a routed tree's
+    # context_attention_fwd, where the bundled kernel answered every call: the tree's warps
+    # were the bundled kernel's noise.  Every measured call must reach the tree's own body,
+    # at the candidate's warps.
+    from vllm_codemod.kernels.prefill import BACKEND_ENV
+
+    if preset is None:
+        monkeypatch.delenv(BACKEND_ENV, raising=False)
+    else:
+        monkeypatch.setenv(BACKEND_ENV, preset)
+    calls = []
+    module = _routed_prefix_prefill(calls)
+
+    class CpuTuner(prefill.PrefillTuner):
+        needs_cuda = False
+
+    tuner = CpuTuner(_Modules(module), "cpu", _FakeTimer(module), Budget(None), Progress(1, False))
+    small = Deployment([Shape(4, 4, 32, "float32", alibi=True)], 96, 2, "t")
+    _entries, warps = tuner.run_cases(small, [(2, 40, 24)])
+    assert calls and "bundled" not in calls
+    assert set(calls) == {2, 4, 8}
+    assert warps == 8
+    assert os.environ.get(BACKEND_ENV) == preset  # restored
+
+
+def test_tree_kernel_only_makes_the_bundled_kernel_decline(monkeypatch):
+    from vllm_codemod.kernels import prefill as bundled
+
+    monkeypatch.delenv(bundled.BACKEND_ENV, raising=False)
+    assert bundled._requested() == "auto"
+    with prefill.tree_kernel_only():
+        route = bundled.route()
+        assert (route.path, route.setup) == ("tree", True)
+    assert bundled._requested() == "auto"

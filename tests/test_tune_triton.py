@@ -90,11 +90,16 @@ def test_prefill_reference_matches_the_trees_kernels(tmp_path, release):
     (vllm / "triton_utils" / "__init__.py").write_text(
         "import triton\nimport triton.language as tl\n"
     )
-    # The routed snapshot asks the bundled kernel first; this stand-in declines every
-    # call, so the tree's own kernel (the fallback the tuner measures) runs.
+    # The routed snapshot asks the bundled kernel first.  This stand-in declines the
+    # calls the tuner makes with the bundled backend set to "tree" (what the tuner must
+    # do to reach the tree's kernel, the one NUM_WARPS governs) and fails any other.
     (vllm / "_codemod_kernels").mkdir()
     (vllm / "_codemod_kernels" / "__init__.py").write_text(
-        "def context_attention_fwd(**kwargs):\n    return False\n"
+        "import os\n\n\n"
+        "def context_attention_fwd(**kwargs):\n"
+        "    if os.environ.get('VLLM_CODEMOD_PREFILL_BACKEND') == 'tree':\n"
+        "        return False\n"
+        "    raise AssertionError('the tuner timed the bundled kernel, not the tree\\'s')\n"
     )
     source = SNAPSHOTS / release / "vllm__attention__ops__prefix_prefill.py"
     (vllm / "attention" / "ops" / "prefix_prefill.py").write_bytes(source.read_bytes())

@@ -7,17 +7,27 @@ is set to each candidate in turn, and ``context_attention_fwd`` is timed at the
 deployment's prefill shapes after its output matched a float64 reference.  Trees whose
 warps are not a module constant, or whose signature predates the 0.8 layout, are skipped
 with the reason.
+
+In a tree the prefix-prefill-route codemod patched, ``context_attention_fwd`` first
+offers each call to the bundled kernel, which ignores ``NUM_WARPS``; NUM_WARPS governs
+only what the bundled kernel declines.  The calls here therefore run with the bundled
+kernel's backend set to ``tree`` (it declines every call), so the warps are measured on
+the kernel they govern.  (From the route codemod, fd32b66, until this was added, tune
+timed the bundled kernel here: the warps in the tables of that time are noise.)
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import math
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+import os
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 
 from ..kernels.paged_inputs import alibi_slopes, block_tables, cache_sizes, torch_dtype
+from ..kernels.prefill import BACKEND_ENV
 from ..kernels.reference import reference_prefix_prefill
 from .decode_inputs import BLOCK_SIZE, TOLERANCE, relative_error
 from .progress import Budget, BudgetExhausted, Progress
@@ -106,6 +116,21 @@ def reference_prefill(a: Dict[str, Any]) -> torch.Tensor:
     )
 
 
+@contextlib.contextmanager
+def tree_kernel_only() -> Iterator[None]:
+    """The bundled prefill kernel declines every call while this runs (a routed tree's
+    ``context_attention_fwd`` then runs its own kernel); the environment is restored."""
+    before = os.environ.get(BACKEND_ENV)
+    os.environ[BACKEND_ENV] = "tree"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(BACKEND_ENV, None)
+        else:
+            os.environ[BACKEND_ENV] = before
+
+
 class PrefillTuner:
     #: the tree's kernels are Triton: without CUDA there is nothing to time
     needs_cuda = True
@@ -167,24 +192,30 @@ class PrefillTuner:
         warps = sorted(set(WARPS) | {default_warps})
         entries: List[Dict[str, Any]] = []
         try:
-            for shape in deployment.shapes:
-                for seqs, ctx, new in cases:
-                    self.budget.check()
-                    self.progress.step(f"prefill {shape.label()} {seqs}x({ctx}+{new})")
-                    try:
-                        entries.append(
-                            self._entry(module, shape, (seqs, ctx, new), warps, default_warps)
-                        )
-                    except (RuntimeError, MemoryError) as exc:  # no memory for the inputs
-                        self.skipped.append(
-                            f"prefix prefill {shape.label()} {seqs}x({ctx}+{new}): "
-                            f"{type(exc).__name__}: {str(exc)[:160]}"
-                        )
+            with tree_kernel_only():
+                self._measure(module, deployment, cases, warps, default_warps, entries)
         except BudgetExhausted as exc:
             self.skipped.append(f"prefix prefill: {exc}; the rest was not measured")
         finally:
             module.NUM_WARPS = default_warps
         return entries, _overall(entries, default_warps)
+
+    def _measure(self, module: Any, deployment: Deployment,
+                 cases: Sequence[Tuple[int, int, int]], warps: Sequence[int],
+                 default_warps: int, entries: List[Dict[str, Any]]) -> None:  # fmt: skip
+        for shape in deployment.shapes:
+            for seqs, ctx, new in cases:
+                self.budget.check()
+                self.progress.step(f"prefill {shape.label()} {seqs}x({ctx}+{new})")
+                try:
+                    entries.append(
+                        self._entry(module, shape, (seqs, ctx, new), warps, default_warps)
+                    )
+                except (RuntimeError, MemoryError) as exc:  # no memory for the inputs
+                    self.skipped.append(
+                        f"prefix prefill {shape.label()} {seqs}x({ctx}+{new}): "
+                        f"{type(exc).__name__}: {str(exc)[:160]}"
+                    )
 
     def _entry(self, module: Any, shape: Shape, case: Tuple[int, int, int],
                warps: Sequence[int], default_warps: int) -> Dict[str, Any]:  # fmt: skip
