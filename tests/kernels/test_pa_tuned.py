@@ -63,8 +63,9 @@ def test_the_v24_example_validates_and_covers_the_deployment_shape():
 
 def test_the_bundled_h200_table_decides_only_what_it_measured():
     """The bundled table (``tune`` on an H200, session 23, 430 s): no warps for the tree's
-    prefix prefill (they were the bundled kernel's timings); single-sequence decode measured from 512 to 128K tokens, with the launch
-    defaults kept where they won; past the grid, or for a batch, the built-in rules."""
+    prefix prefill (they were the bundled kernel's timings); single-sequence decode
+    measured from 512 to 128K tokens, with the launch defaults kept where they won; past
+    the grid, or for a batch, the built-in rules."""
     device = tuning_table.load(str(H200_TABLE)).for_device("NVIDIA H200")
     assert device is not None and device.prefill_num_warps is None  # dropped: see docs/tuning.md
     assert device.decide(1, 32, 8, 128, 512, "bfloat16").config is None  # the default won
