@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The prefix-prefill GPU work of one session, as few device calls as the limits allow.
-# Each step logs to $OUT/<step>.log under its own time limit; the exit status is the
-# first failing step's.  Pick the steps of one call with STEPS (default: all, about
-# 14 minutes: more than one 10-minute call, so split it):
+# Each step logs to $OUT/<step>.log (a step run in a loop: <step>-<run>.log for each run)
+# under its own time limit; the exit status is the first failing step's.  Pick the steps
+# of one call with STEPS (default: all, about 14 minutes: more than one 10-minute call,
+# so split it):
 #   install        this tree editable; with WHEELS=DIR also the CLI's dependencies from
 #                  wheels carried in DIR (the device images have no libcst; without it
 #                  `apply` exits 2 and the tune and fork tests fail), and pytest-xdist
@@ -25,7 +26,7 @@
 #   window         the quick cases at the launcher's configs: no window; a window of each
 #                  sequence's length (`seq`: the window path doing the plain path's work);
 #                  one wider than the block table (launched as no window); 4096 tokens.
-#                  Each run's rows land in $OUT/window-<w>.json (its log: the call's output)
+#                  Each run's rows land in $OUT/window-<w>.json, its log in window-<w>.log
 #   short          1 sequence at 1K-8K contexts, (128,128,8,3) paged and gathered: where
 #                  gathering stops paying (session 15's tune: 207 against 72 us at 1K+512)
 #   variants       the quick cases at the launcher's configs in bf16, fp16 and bf16 with
@@ -41,15 +42,15 @@ OUT=${OUT:?set OUT to the folder for logs}
 [ -z "$(ls -A "$OUT" 2>/dev/null)" ] && BUNDLE=${BUNDLE:-1}
 STEPS=" ${STEPS:-install gpu-suite tune bench fp8 batch window short} "
 status=0
-step() {  # step NAME LIMIT_S COMMAND...
-  local name=$1 limit=$2
+step() {  # [LOG=FILE_STEM] step NAME LIMIT_S COMMAND...  (a step run in a loop names its log)
+  local name=$1 limit=$2 log="$OUT/${LOG:-$1}.log"
   shift 2
   case "$STEPS" in *" $name "*) ;; *) return 0 ;; esac
   echo "== $name (limit ${limit}s)"
-  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
+  timeout "$limit" "$@" > "$log" 2>&1
   local rc=$?
   echo "== $name: exit $rc"
-  tail -6 "$OUT/$name.log"
+  tail -6 "$log"
   [ "$rc" -ne 0 ] && [ "$status" -eq 0 ] && status=$rc
   return 0
 }
@@ -82,26 +83,23 @@ step tune $(( ${BUDGET:-200} + 100 )) env OUT="$OUT" BUDGET="${BUDGET:-200}" bas
 step bench 420 python3 benchmarks/bench_prefix_prefill.py --json "$OUT/prefill.json" ${BENCH_ARGS:-}
 for kv in auto fp8; do
   # shellcheck disable=SC2086
-  step fp8 200 python3 benchmarks/bench_prefix_prefill.py --quick --no-baselines --no-headline \
+  LOG=fp8-$kv step fp8 200 python3 benchmarks/bench_prefix_prefill.py --quick --no-baselines --no-headline \
     --kv-cache-dtype $kv --gather --config 128,32,4,1 --config 128,128,8,3 --json "$OUT/fp8-$kv.json"
-  cp "$OUT/fp8.log" "$OUT/fp8-$kv.log" 2>/dev/null
 done
 step batch 150 python3 benchmarks/bench_prefix_prefill.py --no-baselines --no-headline \
   --only "8x(1K+512) 32/8/128" --m-last --config 128,128,8,2 --config 128,128,8,3 \
   --config 128,64,4,3 --config 64,64,4,3 --config 64,32,4,3 --json "$OUT/batch.json"
 for w in 0 seq 131072 4096; do
-  step window 150 python3 benchmarks/bench_prefix_prefill.py --quick --no-baselines \
+  LOG=window-$w step window 150 python3 benchmarks/bench_prefix_prefill.py --quick --no-baselines \
     --no-headline --window $w --json "$OUT/window-$w.json"
-  cp "$OUT/window.log" "$OUT/window-$w.log" 2>/dev/null
 done
 step short 180 python3 benchmarks/bench_prefix_prefill.py --no-baselines --no-headline --gather \
   --config 128,128,8,3 --only "8x(1K+512) 32/8/128" --case 1,1024,512,32,8,128 --case 1,2048,1024,32,8,128 \
   --case 1,4096,1024,32,8,128 --case 1,8192,2048,32,8,128 --host --json "$OUT/short.json"
 for v in bf16 fp16 alibi; do
   case $v in bf16) extra=() ;; fp16) extra=(--dtype float16) ;; alibi) extra=(--alibi) ;; esac
-  step variants 150 python3 benchmarks/bench_prefix_prefill.py --quick --no-baselines \
+  LOG=variants-$v step variants 150 python3 benchmarks/bench_prefix_prefill.py --quick --no-baselines \
     --no-headline ${extra[@]+"${extra[@]}"} --json "$OUT/variants-$v.json"
-  cp "$OUT/variants.log" "$OUT/variants-$v.log" 2>/dev/null
 done
 if [ "${BUNDLE:-0}" = 1 ] && [ -n "$(ls -A "$OUT")" ]; then
   pack=$(mktemp -d)
