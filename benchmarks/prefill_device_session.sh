@@ -32,14 +32,29 @@
 #   variants       the quick cases at the launcher's configs in bf16, fp16 and bf16 with
 #                  ALiBi, one after the other (the fp16 and ALiBi targets compare each
 #                  with the bf16 run of the same call); rows in $OUT/variants-<v>.json
-# The run tool brings back at most 8 files from $OUT, so at the end every file there is
-# moved into $OUT/session.tar.gz (unpack it with `tar xzf`) when $OUT was empty at the
-# start, as the device's is; BUNDLE=1 packs a folder that held files, BUNDLE=0 never packs.
+# The run tool brings back at most 8 files from $OUT, so when $OUT was empty at the start,
+# as the device's is, the steps write into a staging folder and $OUT holds one file,
+# session.tar.gz (unpack it with `tar xzf`), rewritten after every step: a call cut off
+# by the run tool's limit still brings back every step that finished.  BUNDLE=1 packs a
+# folder that held files (they move into the archive), BUNDLE=0 never packs.
 # Usage: OUT=/some/dir STEPS="install prefill-tests bench" bash benchmarks/prefill_device_session.sh
 set -u
 export PYTHONUNBUFFERED=1
 OUT=${OUT:?set OUT to the folder for logs}
+mkdir -p "$OUT" || exit 2
 [ -z "$(ls -A "$OUT" 2>/dev/null)" ] && BUNDLE=${BUNDLE:-1}
+ARCHIVE=
+pack() {  # the staging folder, as it is now, into $ARCHIVE (replaced whole, never half-written)
+  [ -n "$ARCHIVE" ] && [ -n "$(ls -A "$OUT")" ] || return 0
+  tar -C "$OUT" -czf "$ARCHIVE.part" . && mv -f "$ARCHIVE.part" "$ARCHIVE"
+}
+if [ "${BUNDLE:-0}" = 1 ]; then
+  ARCHIVE="$OUT/session.tar.gz"
+  stage=$(mktemp -d) || exit 2
+  find "$OUT" -mindepth 1 -maxdepth 1 -exec mv {} "$stage/" \;
+  OUT=$stage  # what the steps (and the tools they run) write goes here
+  pack
+fi
 STEPS=" ${STEPS:-install gpu-suite tune bench fp8 batch window short} "
 status=0
 step() {  # [LOG=FILE_STEM] step NAME LIMIT_S COMMAND...  (a step run in a loop names its log)
@@ -52,6 +67,7 @@ step() {  # [LOG=FILE_STEM] step NAME LIMIT_S COMMAND...  (a step run in a loop 
   echo "== $name: exit $rc"
   tail -6 "$log"
   [ "$rc" -ne 0 ] && [ "$status" -eq 0 ] && status=$rc
+  pack
   return 0
 }
 install() {
@@ -101,10 +117,8 @@ for v in bf16 fp16 alibi; do
   LOG=variants-$v step variants 150 python3 benchmarks/bench_prefix_prefill.py --quick --no-baselines \
     --no-headline ${extra[@]+"${extra[@]}"} --json "$OUT/variants-$v.json"
 done
-if [ "${BUNDLE:-0}" = 1 ] && [ -n "$(ls -A "$OUT")" ]; then
-  pack=$(mktemp -d)
-  tar -C "$OUT" -czf "$pack/session.tar.gz" . && find "$OUT" -mindepth 1 -delete \
-    && mv "$pack/session.tar.gz" "$OUT/" && echo "packed into $OUT/session.tar.gz"
-  rm -rf "$pack"
+if [ -n "$ARCHIVE" ]; then
+  pack && [ -f "$ARCHIVE" ] && echo "packed into $ARCHIVE"
+  rm -rf "$stage"
 fi
 exit $status

@@ -1,13 +1,17 @@
 """The device session script packs its outputs: the run tool returns at most 8 files from
-``$OUT``, and session 23 lost its window and short logs to that limit.  It moves only what
-it can own: a folder that held files before the run stays as it was unless asked."""
+``$OUT``, and session 23 lost its window and short logs to that limit.  The archive is
+rewritten after every step, so a call the run tool cuts off still returns the steps that
+finished.  It moves only what it can own: a folder that held files before the run stays
+as it was unless asked."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
@@ -21,7 +25,8 @@ pytestmark = pytest.mark.skipif(
 
 def _run(out: Path, **env: str) -> subprocess.CompletedProcess:
     # A step name no step has: the script runs none and goes straight to its ending.
-    full = dict(os.environ, OUT=str(out), STEPS="no-such-step", **env)
+    # TMPDIR: the staging folder lands in the test's folder, not the machine's /tmp.
+    full = dict(os.environ, OUT=str(out), STEPS="no-such-step", TMPDIR=str(out.parent), **env)
     return subprocess.run(
         ["bash", str(SCRIPT)], env=full, capture_output=True, text=True, timeout=60
     )
@@ -87,3 +92,45 @@ def test_bundle_0_leaves_a_runs_files_loose(tmp_path):
 def test_an_empty_out_stays_empty(tmp_path):
     assert _run(tmp_path).returncode == 0
     assert list(tmp_path.iterdir()) == []
+
+
+def _fake_python(tmp_path: Path) -> str:
+    """A PATH whose ``python3`` finishes at once (the install step, the xdist probe) but
+    hangs in pytest, as a long GPU step does when the run tool's limit comes."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "python3"
+    fake.write_text(
+        '#!/bin/sh\ncase "$*" in *pytest*) echo started; exec sleep 60 ;; esac\necho "python3 $*"\n'
+    )
+    fake.chmod(0o755)
+    return f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
+
+
+def test_a_run_cut_off_mid_step_leaves_the_finished_steps_packed(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    printed = tmp_path / "printed.txt"
+    path = _fake_python(tmp_path)
+    env = dict(os.environ, OUT=str(out), STEPS="install gpu-suite", PATH=path, TMPDIR=str(tmp_path))
+    with printed.open("wb") as sink:
+        proc = subprocess.Popen(
+            ["bash", str(SCRIPT)],
+            env=env,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            deadline = time.monotonic() + 30
+            while b"== gpu-suite (" not in printed.read_bytes():
+                assert time.monotonic() < deadline, printed.read_text()
+                assert proc.poll() is None, printed.read_text()
+                time.sleep(0.05)
+            time.sleep(0.2)  # inside the hanging step
+        finally:
+            os.killpg(proc.pid, signal.SIGKILL)  # as the run tool ends a call at its limit
+            proc.wait(timeout=10)
+    assert sorted(p.name for p in out.iterdir()) == ["session.tar.gz"]
+    with tarfile.open(out / "session.tar.gz") as archive:
+        assert b"python3 -m pip install" in archive.extractfile("./install.log").read()
