@@ -39,15 +39,20 @@ def _fill(out: Path) -> None:
     (out / "sub" / "rows.json").write_text("{}\n")
 
 
+def _stand_in(tmp_path: Path, name: str, script: str) -> str:
+    """A PATH whose ``name`` is ``script`` (a shell script), ahead of the real one."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    fake = bin_dir / name
+    fake.write_text("#!/bin/sh\n" + script)
+    fake.chmod(0o755)
+    return f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
+
+
 def _fake_gpu_query(tmp_path: Path) -> str:
     """A PATH whose ``nvidia-smi`` (which the script always runs) writes two files into
     $OUT, as the steps do on the device."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    fake = bin_dir / "nvidia-smi"
-    fake.write_text('#!/bin/sh\necho a > "$OUT/a.log"; echo b > "$OUT/b.json"\n')
-    fake.chmod(0o755)
-    return f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
+    return _stand_in(tmp_path, "nvidia-smi", 'echo a > "$OUT/a.log"; echo b > "$OUT/b.json"\n')
 
 
 def test_what_a_run_writes_into_an_empty_out_is_packed(tmp_path):
@@ -97,14 +102,11 @@ def test_an_empty_out_stays_empty(tmp_path):
 def _fake_python(tmp_path: Path) -> str:
     """A PATH whose ``python3`` finishes at once (the install step, the xdist probe) but
     hangs in pytest, as a long GPU step does when the run tool's limit comes."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    fake = bin_dir / "python3"
-    fake.write_text(
-        '#!/bin/sh\ncase "$*" in *pytest*) echo started; exec sleep 60 ;; esac\necho "python3 $*"\n'
+    return _stand_in(
+        tmp_path,
+        "python3",
+        'case "$*" in *pytest*) echo started; exec sleep 60 ;; esac\necho "python3 $*"\n',
     )
-    fake.chmod(0o755)
-    return f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
 
 
 def test_a_run_cut_off_mid_step_leaves_the_finished_steps_packed(tmp_path):
