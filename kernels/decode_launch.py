@@ -318,10 +318,8 @@ def reduce_tile(num_seqs: int, n_chunks: int, d_pad: int) -> Tuple[int, int, boo
 
 def _plan_key(c: DecodeCall, config: Optional[LaunchConfig], k3d: bool) -> tuple:
     # Everything a plan and Triton's specialization depend on: shapes, strides, dtypes,
-    # devices, partitions, and the data pointers' 16-byte alignment.
+    # devices, partitions, and which data pointers are 16-byte aligned (one flag each).
     q, kc = c.query, c.key_cache
-    ptrs = q.data_ptr() | kc.data_ptr() | c.value_cache.data_ptr() | c.out.data_ptr()
-    ptrs |= c.exp_sums.data_ptr() | c.max_logits.data_ptr() | c.tmp_out.data_ptr()
     return (
         q.shape,
         q.stride(),
@@ -339,14 +337,46 @@ def _plan_key(c: DecodeCall, config: Optional[LaunchConfig], k3d: bool) -> tuple
         c.max_logits.stride(),
         c.block_tables.stride(0),
         c.seq_lens.dtype,
+        # Triton's signature has every pointer's element type
+        (c.block_tables.dtype, c.value_cache.dtype, c.out.dtype, c.tmp_out.dtype),
+        (c.exp_sums.dtype, c.max_logits.dtype),
         c.num_kv_heads,
         # The chunk count (grid, fused merge) follows the length at the finest chunk.
         -(-c.max_seq_len // (config.chunk if config and config.chunk else launch_tables.MIN_CHUNK)),
-        c.alibi_slopes is None,
+        None if c.alibi_slopes is None else c.alibi_slopes.dtype,
         config,
         k3d,
-        ptrs & 15,
+        misaligned(
+            q,
+            kc,
+            c.value_cache,
+            c.out,
+            c.exp_sums,
+            c.max_logits,
+            c.tmp_out,
+            c.block_tables,
+            c.seq_lens,
+            c.alibi_slopes,
+        ),  # fmt: skip
     )
+
+
+def misaligned(*tensors: Optional[torch.Tensor]) -> int:
+    """One bit per tensor whose data pointer is not 16-byte aligned (None: aligned).
+
+    Triton specializes each pointer argument on that alignment, and a plan's compiled
+    kernel is relaunched without Triton looking again, so every pointer the kernels take
+    needs its own flag: an OR of all the pointers cannot tell which one moved.  vLLM's
+    mixed batches pass ``seq_lens`` and ``block_tables`` sliced past the prefills
+    (``seq_lens_tensor[num_prefills:]``), 4 bytes apart per prefill, and a kernel
+    compiled for an aligned ``seq_lens`` may read several lengths in one vector load,
+    which faults at a misaligned address.
+    """
+    bits = 0
+    for i, t in enumerate(tensors):
+        if t is not None and t.data_ptr() & 15:
+            bits |= 1 << i
+    return bits
 
 
 def _fusable(c: DecodeCall) -> bool:

@@ -37,6 +37,15 @@ def make_inputs(
     return a
 
 
+def shifted(t: torch.Tensor, elems: int = 1) -> torch.Tensor:
+    """``t``'s values in a tensor whose data pointer lies ``elems`` elements past an
+    aligned allocation, with ``t``'s shape and strides (contiguous ``t``): how vLLM's
+    mixed batches slice ``seq_lens_tensor[num_prefills:]``."""
+    backing = torch.zeros(t.numel() + elems, dtype=t.dtype, device=t.device)
+    backing[elems:] = t.reshape(-1)
+    return backing[elems:].view(t.shape)
+
+
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     out = out.detach().to(torch.float64).cpu()
     ref = ref.to(torch.float64).cpu()

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 torch = pytest.importorskip("torch")  # the CPU suite runs without torch too
-from pa_helpers import make_inputs, rel_err, tolerance  # noqa: E402
+from pa_helpers import make_inputs, rel_err, shifted, tolerance  # noqa: E402
 
 from vllm_codemod.kernels import call as call_mod  # noqa: E402
 from vllm_codemod.kernels import (  # noqa: E402
@@ -757,6 +757,29 @@ def test_group_rows():
     assert [tf_mod.group_rows(q) for q in (1, 2, 7, 16, 17, 32, 48, 64, 71, 128)] == [
         16, 16, 16, 16, 32, 32, 64, 64, 64, 64,
     ]  # fmt: skip
+
+
+def test_plan_key_flags_each_pointers_alignment(tf):
+    """A plan relaunches its compiled kernels without Triton's specialization, so moving
+    any one pointer off 16-byte alignment must make another plan, and two different
+    pointers moved must not share one (the old key ORed every pointer: q moved and the
+    cache moved gave the same key)."""
+    c = _decode_call(lens=(700, 3, 40, 9))
+    base = tf._plan_key(c, None, True)
+    keys = {}
+    for name in ("query", "key_cache", "out", "tmp_out", "block_tables", "seq_lens"):
+        moved = dataclasses.replace(c, **{name: shifted(getattr(c, name))})
+        assert getattr(moved, name).data_ptr() & 15, name
+        assert getattr(moved, name).stride() == getattr(c, name).stride(), name
+        keys[name] = tf._plan_key(moved, None, True)
+        assert keys[name] != base, f"{name} moved off alignment, same plan"
+    assert len(set(keys.values())) == len(keys), "two pointers moved share a plan"
+    with_alibi = _decode_call(lens=(700, 3, 40, 9), alibi=True)
+    moved = dataclasses.replace(with_alibi, alibi_slopes=shifted(with_alibi.alibi_slopes))
+    assert tf._plan_key(moved, None, True) != tf._plan_key(with_alibi, None, True)
+    wide = dataclasses.replace(c, block_tables=c.block_tables.long())
+    assert tf._plan_key(wide, None, True) != base, "int64 block tables, same plan"
+    assert tf.misaligned(None, c.query) == 0
 
 
 def test_run_picks_the_table_config(tf, monkeypatch):

@@ -15,7 +15,7 @@ import os
 import pytest
 
 torch = pytest.importorskip("torch")  # the CPU suite runs without torch too
-from pa_helpers import make_inputs, reference_of, rel_err, tolerance  # noqa: E402
+from pa_helpers import make_inputs, reference_of, rel_err, shifted, tolerance  # noqa: E402
 
 from vllm_codemod.kernels import call as call_mod  # noqa: E402
 from vllm_codemod.kernels import dispatch, launch_tables  # noqa: E402
@@ -303,6 +303,27 @@ def test_two_interleaved_shapes_keep_two_plans(fresh_plans):
             torch.cuda.synchronize()
             assert rel_err(x["out"], ref) < tolerance(torch.bfloat16)
     assert len(fresh_plans) == 2
+
+
+def test_lengths_and_tables_sliced_off_alignment(fresh_plans):
+    """vLLM's mixed batches pass ``seq_lens`` and ``block_tables`` sliced past the
+    prefills, so the same shapes come with those pointers 16-byte aligned in one call and
+    not in the next.  Each gets its own plan (Triton specializes on the alignment, and a
+    plan relaunches its compiled kernel unchecked), and every call is right.  16
+    sequences: a length mask that is constant over 16 lanes lets the kernels load lengths
+    as vectors."""
+    a = make_inputs([300 + 37 * i for i in range(16)], 32, 8, 128, 16, torch.bfloat16,
+                    "cuda", seed=41)  # fmt: skip
+    ref = _reference(a)
+    moved_lens = dict(a, seq_lens=shifted(a["seq_lens"]))
+    moved_both = dict(moved_lens, block_tables=shifted(a["block_tables"]))
+    for x in (a, moved_lens, moved_both, a):
+        assert x["seq_lens"].data_ptr() & 15 == (0 if x is a else 4)
+        x["out"].fill_(float("nan"))
+        dispatch.paged_attention_v2(*_positional(x))
+        torch.cuda.synchronize()
+        assert rel_err(x["out"], ref) < tolerance(torch.bfloat16)
+    assert len(fresh_plans) == 3
 
 
 QUICK_CONFIGS = [(16, 1, 2, True), (32, 4, 1, True, 1, True)]
