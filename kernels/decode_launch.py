@@ -33,7 +33,6 @@ from __future__ import annotations
 from typing import Any, Dict, Optional, Tuple
 
 import torch
-import triton
 import triton.language as tl
 
 from . import decode_kernels, launch_tables
@@ -65,11 +64,11 @@ from .launch_tables import (  # noqa: F401 - the tables, also read through this 
     set_config_override,
 )
 from .log import log
+from .relaunch import TRITON_MAJOR, Relauncher, fast_state, misaligned  # noqa: F401
 from .signature import PARTITION_SIZE
 
 # tl.permute / 3-D reshape arrived in Triton 3.0; older Triton keeps the 2-D K load.
 HAS_PERMUTE = hasattr(tl, "permute")
-TRITON_MAJOR = int(getattr(triton, "__version__", "0").split(".")[0])
 # The reduce kernel loads every partition of a sequence at once (one round trip) up to
 # this many partitions; longer sequences loop over chunks.
 REDUCE_SINGLE_PASS_MAX = 512
@@ -92,9 +91,9 @@ FUSE_MAX_CHUNKS = 0
 # lengths fit one vector per program.
 COMPACT_MAX_SEQS = 256
 _k3d_state = {"disabled": False}
-# Relaunch a compiled kernel through its launcher, skipping Triton's per-call argument
-# binding (Triton >= 3: the launcher takes every parameter, constexprs included).
-_fast = {"enabled": TRITON_MAJOR >= 3}
+# Relaunch a plan's compiled kernels through their launchers, skipping Triton's per-call
+# argument binding (relaunch.py); off where Triton < 3 or once a launcher fails.
+_fast = fast_state()
 _MAX_PLANS = 4096
 _sm_counts: Dict[Any, int] = {}
 
@@ -128,34 +127,6 @@ class UnsupportedLayout(ValueError):
 
 #: Partials and counters of every plan (one launch at a time: calls run in stream order).
 _scratch = Scratch()
-
-
-class _Kernel:
-    """One kernel of a plan: its grid, arguments' fixed tail and constexprs, and the
-    compiled handle once Triton has launched it the normal way."""
-
-    __slots__ = ("fn", "grid", "constexprs", "const_values", "options", "compiled")
-
-    def __init__(self, fn, grid, constexprs, options) -> None:
-        self.fn = fn
-        self.grid = grid
-        self.constexprs = constexprs
-        self.const_values = tuple(constexprs.values())
-        self.options = options
-        self.compiled = None
-
-    def launch(self, args: Tuple[Any, ...]) -> None:
-        compiled = self.compiled
-        if compiled is not None and _fast["enabled"]:
-            try:
-                compiled[self.grid](*args, *self.const_values)
-                return
-            except Exception as exc:  # a launcher of another shape: plain launches from now
-                _fast["enabled"] = False
-                log.info("vllm-codemod: Triton's compiled-kernel launcher is unusable (%s)", exc)
-        handle = self.fn[self.grid](*args, **self.constexprs, **self.options)
-        if hasattr(handle, "__getitem__"):
-            self.compiled = handle
 
 
 class _Plan:
@@ -210,7 +181,7 @@ class _Plan:
         self.part_strides += (c.block_tables.stride(0),)
         self.part_strides += tuple(exp_sums.stride()) + tuple(max_logits.stride())
         self.part_strides += tuple(tmp_out.stride()) + tuple(c.out.stride()[:2])
-        self.partition = _Kernel(
+        self.partition = Relauncher(
             decode_kernels.partition_kernel,
             partition_grid(s, budget, stream, compact, n_chunks),
             dict(
@@ -237,6 +208,7 @@ class _Plan:
                 STREAM=stream,
             ),
             dict(num_warps=warps, num_stages=stages),
+            _fast,
         )
         self.reduce = None
         if fused:
@@ -246,7 +218,7 @@ class _Plan:
         self.reduce_strides += tuple(c.out.stride())
         self.reduce_strides += tuple(exp_sums.stride()) + tuple(max_logits.stride())
         self.reduce_strides += tuple(tmp_out.stride())
-        self.reduce = _Kernel(
+        self.reduce = Relauncher(
             decode_kernels.reduce_kernel,
             (s.num_seqs * s.num_heads, s.d_pad // d_blk, 1),
             dict(
@@ -261,6 +233,7 @@ class _Plan:
                 STREAM=stream,
             ),
             dict(num_warps=r_warps),
+            _fast,
         )
 
     def _partial_buffers(
@@ -359,24 +332,6 @@ def _plan_key(c: DecodeCall, config: Optional[LaunchConfig], k3d: bool) -> tuple
             c.alibi_slopes,
         ),  # fmt: skip
     )
-
-
-def misaligned(*tensors: Optional[torch.Tensor]) -> int:
-    """One bit per tensor whose data pointer is not 16-byte aligned (None: aligned).
-
-    Triton specializes each pointer argument on that alignment, and a plan's compiled
-    kernel is relaunched without Triton looking again, so every pointer the kernels take
-    needs its own flag: an OR of all the pointers cannot tell which one moved.  vLLM's
-    mixed batches pass ``seq_lens`` and ``block_tables`` sliced past the prefills
-    (``seq_lens_tensor[num_prefills:]``), 4 bytes apart per prefill, and a kernel
-    compiled for an aligned ``seq_lens`` may read several lengths in one vector load,
-    which faults at a misaligned address.
-    """
-    bits = 0
-    for i, t in enumerate(tensors):
-        if t is not None and t.data_ptr() & 15:
-            bits |= 1 << i
-    return bits
 
 
 def _fusable(c: DecodeCall) -> bool:

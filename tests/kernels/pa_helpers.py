@@ -60,3 +60,35 @@ def reference_of(a, seqs: List[int], lens: List[int]) -> torch.Tensor:
     """The float64 reference for sequences ``seqs`` of inputs ``a``, with lengths ``lens``
     (all of the inputs' sequences; ``a["seq_lens"]`` may differ, e.g. an empty one)."""
     return reference_for_args(a, seqs, lens)
+
+
+class FakeCompiled:
+    """Stands in for a compiled Triton kernel: ``compiled[grid](*args)`` records the
+    launch, or raises as a launcher of another form would (``fail``)."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.fail, self.launches = fail, []
+
+    def __getitem__(self, grid):
+        def launch(*args):
+            if self.fail:
+                raise TypeError("launcher takes other arguments")
+            self.launches.append((grid, args))
+
+        return launch
+
+
+class FakeJit:
+    """Stands in for a @triton.jit kernel (``real``'s parameters): records plain
+    launches and returns ``compiled`` as the handle."""
+
+    def __init__(self, real, compiled: FakeCompiled) -> None:
+        self.params = real.params
+        self.compiled, self.launches = compiled, []
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            self.launches.append((grid, args, kwargs))
+            return self.compiled
+
+        return launch

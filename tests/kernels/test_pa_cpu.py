@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 torch = pytest.importorskip("torch")  # the CPU suite runs without torch too
-from pa_helpers import make_inputs, rel_err, shifted, tolerance  # noqa: E402
+from pa_helpers import FakeCompiled, FakeJit, make_inputs, rel_err, shifted, tolerance  # noqa: E402
 
 from vllm_codemod.kernels import call as call_mod  # noqa: E402
 from vllm_codemod.kernels import (  # noqa: E402
@@ -965,38 +965,10 @@ def test_reduce_tile(tf):
     assert tf.reduce_tile(3, 1, 64) == (2, 64, True, 1)
 
 
-class _FakeCompiled:
-    def __init__(self, fail=False):
-        self.fail, self.launches = fail, []
-
-    def __getitem__(self, grid):
-        def launch(*args):
-            if self.fail:
-                raise TypeError("launcher takes other arguments")
-            self.launches.append((grid, args))
-
-        return launch
-
-
-class _FakeJit:
-    """Stands in for a @triton.jit kernel: records plain launches, returns a handle."""
-
-    def __init__(self, real, compiled):
-        self.params = real.params
-        self.compiled, self.launches = compiled, []
-
-    def __getitem__(self, grid):
-        def launch(*args, **kwargs):
-            self.launches.append((grid, args, kwargs))
-            return self.compiled
-
-        return launch
-
-
 def _fake_kernels(tf, monkeypatch, fail=False):
     fakes = {}
     for name in ("partition_kernel", "reduce_kernel"):
-        fakes[name] = _FakeJit(getattr(tf.decode_kernels, name), _FakeCompiled(fail))
+        fakes[name] = FakeJit(getattr(tf.decode_kernels, name), FakeCompiled(fail))
         monkeypatch.setattr(tf.decode_kernels, name, fakes[name])
     return fakes["partition_kernel"], fakes["reduce_kernel"]
 
