@@ -44,6 +44,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import torch
 from bench_common import bench, host_us  # this directory: run as `python benchmarks/...`
 
+from vllm_codemod.kernels import prefill_launch
 from vllm_codemod.kernels.prefill_cases import (
     launch_arguments,
     make_prefill_inputs,
@@ -251,7 +252,18 @@ def row_of(
     extra = ""
     if host:  # the launcher's own cost, apart from the GPU's: does the GPU wait on it?
         row["host_us"], row["wall_us"] = host_us(fn, HOST_CALLS)
-        extra = f"  host {row['host_us']:.1f} us/call (wall {row['wall_us']:.1f})"
+        # and ours with every launch through Triton's binding (no relaunched compiled
+        # kernels): what the plans save; the other rows are the same process's control
+        saved = prefill_launch._fast["enabled"]
+        prefill_launch._fast["enabled"] = False
+        try:
+            row["host_plain_us"], row["wall_plain_us"] = host_us(fn, HOST_CALLS)
+        finally:
+            prefill_launch._fast["enabled"] = saved
+        extra = (
+            f"  host {row['host_us']:.1f} us/call (wall {row['wall_us']:.1f}; plain launches"
+            f" {row['host_plain_us']:.1f} / {row['wall_plain_us']:.1f})"
+        )
     print(
         f"    {name:<22} {ms:9.3f} ms {row['tflops']:7.1f} TFLOP/s {row['pct']:5.1f}%"
         f"  err {err:.1e}{extra}",
@@ -409,7 +421,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--no-time", action="store_true", help="check and run once (ncu)")
     parser.add_argument(
         "--host", action="store_true",
-        help=f"also time ours on the host: {HOST_CALLS} back-to-back calls, us per enqueue",
+        help=f"also time ours on the host: {HOST_CALLS} back-to-back calls, us per enqueue, "
+        "as launched and with every launch through Triton's binding (plain)",
     )  # fmt: skip
     args = parser.parse_args(argv)
     for shape in args.case:

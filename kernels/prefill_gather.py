@@ -24,7 +24,7 @@ sees): at 84K cached tokens and a 4096-token window that is 95% of the copy.
 from __future__ import annotations
 
 import math
-from typing import Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import torch
 import triton
@@ -102,13 +102,61 @@ def gathered_bytes(
     return 2 * math.prod(_buffer_shape(k_cache, block_table)) * elem
 
 
+#: Warps of the copy's programs (64 tokens x head_size each).
+GATHER_WARPS = 4
+#: Context tokens one program copies.
+GATHER_TOKENS = 64
+
+
+def gather_buffers(
+    k_cache: torch.Tensor, block_table: torch.Tensor, dtype: Optional[torch.dtype] = None
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """The two buffers :func:`gather_context` fills, uninitialized."""
+    shape = _buffer_shape(k_cache, block_table)
+    dtype = dtype or k_cache.dtype
+    kg = torch.empty(shape, dtype=dtype, device=k_cache.device)
+    return kg, torch.empty(shape, dtype=dtype, device=k_cache.device)
+
+
+def context_copy_args(
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    query_start: torch.Tensor,
+    seq_lens: torch.Tensor,
+    kg: torch.Tensor,
+    vg: torch.Tensor,
+    window: int = 0,
+) -> Tuple[Any, ...]:
+    """The copy kernel's runtime arguments, in its parameter order."""
+    return (
+        k_cache, v_cache, block_table, query_start, seq_lens, kg, vg,
+        *k_cache.stride()[:4], *v_cache.stride()[:4],
+        block_table.stride(0), *kg.stride()[:3], window if window > 0 else NO_WINDOW,
+    )  # fmt: skip
+
+
+def context_copy_launch(
+    kg: torch.Tensor, x: int, page: int, block_n: int = 1, tokens: int = GATHER_TOKENS
+) -> Tuple[Tuple[int, int, int], Dict[str, int]]:
+    """The copy kernel's grid and constexprs for buffers ``kg`` (a plain launch adds
+    ``num_warps=GATHER_WARPS``; the prefill launcher relaunches the compiled kernel)."""
+    seqs, kv_heads, length, head_size = kg.shape
+    grid = (-(-length // tokens), seqs, kv_heads)
+    constexprs = dict(
+        HEAD_SIZE=head_size, D_PAD=d_pad_of(head_size), X=x, PAGE=page, TOKENS=tokens,
+        ALIGN=max(block_n, tokens),
+    )  # fmt: skip
+    return grid, constexprs
+
+
 def gather_context(
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
     block_table: torch.Tensor,
     query_start: torch.Tensor,
     seq_lens: torch.Tensor,
-    tokens: int = 64,
+    tokens: int = GATHER_TOKENS,
     dtype: Optional[torch.dtype] = None,
     window: int = 0,
     block_n: int = 1,
@@ -117,24 +165,23 @@ def gather_context(
     with L the block table's width in tokens, in ``dtype`` (by default the cache's; see
     the module docstring).  With a sliding ``window`` (> 0) only the rows from the
     ``block_n``-token tile (the kernel's; a power of two) holding each sequence's first
-    visible key on are written."""
-    shape = _buffer_shape(k_cache, block_table)
-    seqs, kv_heads, length, head_size = shape
-    x, page = k_cache.shape[4], k_cache.shape[3]
-    kg = torch.empty(shape, dtype=dtype or k_cache.dtype, device=k_cache.device)
-    vg = torch.empty(shape, dtype=dtype or v_cache.dtype, device=v_cache.device)
-    if seqs == 0 or length == 0:
+    visible key on are written.  (The prefill launcher makes the same copy from the
+    same three parts, relaunching the compiled kernel.)"""
+    kg, vg = gather_buffers(k_cache, block_table, dtype)
+    if kg.numel() == 0:
         return kg, vg
-    d_pad = d_pad_of(head_size)
-    grid = (-(-length // tokens), seqs, kv_heads)
-    _gather_context_kernel[grid](
-        k_cache, v_cache, block_table, query_start, seq_lens, kg, vg,
-        *k_cache.stride()[:4], *v_cache.stride()[:4],
-        block_table.stride(0), *kg.stride()[:3], window if window > 0 else NO_WINDOW,
-        HEAD_SIZE=head_size, D_PAD=d_pad, X=x, PAGE=page, TOKENS=tokens,
-        ALIGN=max(block_n, tokens), num_warps=4,
-    )  # fmt: skip
+    grid, constexprs = context_copy_launch(kg, k_cache.shape[4], k_cache.shape[3], block_n, tokens)
+    args = context_copy_args(k_cache, v_cache, block_table, query_start, seq_lens, kg, vg, window)
+    _gather_context_kernel[grid](*args, **constexprs, num_warps=GATHER_WARPS)
     return kg, vg
 
 
-__all__ = ["gather_context", "gathered_bytes"]
+__all__ = [
+    "GATHER_TOKENS",
+    "GATHER_WARPS",
+    "context_copy_args",
+    "context_copy_launch",
+    "gather_buffers",
+    "gather_context",
+    "gathered_bytes",
+]

@@ -17,11 +17,26 @@ from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 import torch
 
+from . import prefill_gather
 from .decode_launch import HAS_PERMUTE  # Triton 3.0+: the 3-D K load
 from .log import log
 from .prefill_declines import Triton2Refusal
-from .prefill_gather import d_pad_of, gather_context, gathered_bytes
+from .prefill_gather import (
+    GATHER_WARPS,
+    context_copy_args,
+    context_copy_launch,
+    d_pad_of,
+    gather_buffers,
+    gathered_bytes,
+)
 from .prefill_kernels import LOG2E, _prefix_prefill_kernel
+from .relaunch import Relauncher, fast_state, misaligned
+
+#: Launch plans by everything Triton specializes on (:class:`_Plan`), and the switch for
+#: relaunching their compiled kernels (relaunch.py; off where Triton < 3).
+_plans: Dict[tuple, _Plan] = {}
+_MAX_PLANS = 1024
+_fast = fast_state()
 
 #: Shared memory per program every built-in config must fit (BI-V100: 48 KB per block).
 PORTABLE_SHARED_BYTES = 48 * 1024
@@ -392,10 +407,7 @@ def prefix_prefill_triton(
     kg, vg, g_strides = k_cache, v_cache, (0, 0, 0)
     if gather:
         try:
-            kg, vg = gather_context(
-                k_cache, v_cache, block_table, query_start, seq_lens, dtype=gather_dtype,
-                window=window, block_n=cfg.block_n,
-            )  # fmt: skip
+            kg, vg = gather_buffers(k_cache, block_table, gather_dtype)
             g_strides = kg.stride()[:3]
         except torch.cuda.OutOfMemoryError:  # the paged loop needs no buffers
             gather = False
@@ -411,29 +423,100 @@ def prefix_prefill_triton(
         heads_per_program = 1
     if group % heads_per_program or heads_per_program > cfg.block_m:
         raise ValueError(f"prefill: pack {heads_per_program} must divide {group} and fit BLOCK_M")
-    queries = cfg.block_m // heads_per_program
-    num_m_tiles = -(-max_query_len // queries)
-    k_run, v_run = _runs(k_cache.shape[4], kcs, v_cache.shape[3], vcs, cfg.block_n)
-    grid = (num_m_tiles, num_seqs, num_heads // heads_per_program)
-    if m_last:
-        grid = grid[::-1]
-    _prefix_prefill_kernel[grid](
+    num_m_tiles = -(-max_query_len // (cfg.block_m // heads_per_program))
+    pointers = (
         q, k, v, o, k_cache, v_cache, block_table, query_start, seq_lens,
         alibi_slopes if alibi_slopes is not None else q,
         k_scale if fp8 else q, v_scale if fp8 else q,
-        sm_scale * LOG2E, window, num_m_tiles,
-        qs[0], qs[1], ks[0], ks[1], vs[0], vs[1], os_[0], os_[1],
-        kcs[0], kcs[1], kcs[2], kcs[3], vcs[0], vcs[1], vcs[2], vcs[3],
-        block_table.stride(0), kg, vg, *g_strides,
-        GROUP=group, HEAD_SIZE=head_size, D_PAD=d_pad,
-        X=k_cache.shape[4], PAGE=v_cache.shape[3],
-        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-        FP8=fp8, ALIBI=alibi_slopes is not None, WINDOW=window > 0,
-        SKIP_DECODE=bool(skip_decode), K_RUN=k_run, V_RUN=v_run,
-        K_3D=HAS_PERMUTE, LEGACY=not HAS_PERMUTE, PACK=heads_per_program, QUERIES=queries,
-        GATHERED=bool(gather), M_LAST=bool(m_last),
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip
+    ints = (window, num_m_tiles) + qs[:2] + ks[:2] + vs[:2] + os_[:2] + kcs[:4] + vcs[:4]
+    ints += (block_table.stride(0),)
+    k_run, v_run = _runs(k_cache.shape[4], kcs, v_cache.shape[3], vcs, cfg.block_n)
+    shape = _LaunchShape(
+        num_seqs, num_heads, group, head_size, k_cache.shape[4], v_cache.shape[3], cfg,
+        heads_per_program, fp8, alibi_slopes is not None, window > 0, bool(skip_decode),
+        k_run, v_run, bool(gather), bool(m_last), HAS_PERMUTE,
+    )  # fmt: skip
+    # Everything Triton specializes the kernels on (relaunch.py): the launch's shape,
+    # every integer argument, each pointer's dtype and 16-byte alignment.
+    key = (shape, ints, g_strides, q.device, tuple(t.dtype for t in pointers), kg.dtype)
+    key += (misaligned(*pointers), misaligned(kg, vg))
+    key += (_prefix_prefill_kernel, prefill_gather._gather_context_kernel)
+    plan = _plans.get(key)
+    gather_args = None
+    if gather:
+        gather_args = context_copy_args(
+            k_cache, v_cache, block_table, query_start, seq_lens, kg, vg, window
+        )
+    if plan is None:
+        if len(_plans) >= _MAX_PLANS:
+            _plans.clear()
+        plan = _plans[key] = _Plan(shape, num_m_tiles, kg, cfg.block_n)
+    if plan.gather is not None:
+        plan.gather.launch(gather_args)
+    plan.main.launch(pointers + (sm_scale * LOG2E,) + ints + (kg, vg) + g_strides)
+
+
+class _LaunchShape(NamedTuple):
+    """What a launch's grids and constexprs follow besides its integer arguments (the
+    two together key its :class:`_Plan`)."""
+
+    num_seqs: int
+    num_heads: int
+    group: int
+    head_size: int
+    x: int
+    page: int
+    config: PrefillConfig
+    pack: int
+    fp8: bool
+    alibi: bool
+    windowed: bool
+    skip_decode: bool
+    k_run: int
+    v_run: int
+    gathered: bool
+    m_last: bool
+    k3d: bool  # Triton 3.0+ (HAS_PERMUTE): the 3-D K load, else the LEGACY forms
+
+
+class _Plan:
+    """The kernels of one launch shape: the context copy (when gathered, and there is a
+    context) and the attention kernel, each relaunched through its compiled handle from
+    the second call on (``relaunch.py``).  Why: a plain launch of either costs tens of
+    microseconds of host time, and a short prompt's whole GPU time is about that."""
+
+    __slots__ = ("gather", "main")
+
+    def __init__(self, s: _LaunchShape, num_m_tiles: int, kg: torch.Tensor, block_n: int) -> None:
+        cfg = s.config
+        self.gather: Optional[Relauncher] = None
+        if s.gathered and kg.shape[2] > 0:
+            grid, constexprs = context_copy_launch(kg, s.x, s.page, block_n)
+            self.gather = Relauncher(
+                prefill_gather._gather_context_kernel,
+                grid,
+                constexprs,
+                {"num_warps": GATHER_WARPS},
+                _fast,
+            )
+        grid = (num_m_tiles, s.num_seqs, s.num_heads // s.pack)
+        if s.m_last:
+            grid = grid[::-1]
+        constexprs = dict(
+            GROUP=s.group, HEAD_SIZE=s.head_size, D_PAD=d_pad_of(s.head_size), X=s.x,
+            PAGE=s.page, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, FP8=s.fp8, ALIBI=s.alibi,
+            WINDOW=s.windowed, SKIP_DECODE=s.skip_decode, K_RUN=s.k_run, V_RUN=s.v_run,
+            K_3D=s.k3d, LEGACY=not s.k3d, PACK=s.pack, QUERIES=cfg.block_m // s.pack,
+            GATHERED=s.gathered, M_LAST=s.m_last,
+        )  # fmt: skip
+        self.main = Relauncher(
+            _prefix_prefill_kernel,
+            grid,
+            constexprs,
+            {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages},
+            _fast,
+        )
 
 
 __all__ = [

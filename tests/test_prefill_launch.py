@@ -15,9 +15,17 @@ import pytest
 torch = pytest.importorskip("torch")  # the CPU suite runs without torch too
 pytest.importorskip("triton")
 
-from vllm_codemod.kernels import prefill_kernels  # noqa: E402
+from vllm_codemod.kernels import prefill_gather, prefill_kernels  # noqa: E402
 from vllm_codemod.kernels import prefill_launch as launch  # noqa: E402
 from vllm_codemod.kernels.prefill_selfcheck import tolerance  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def fresh_plans(monkeypatch):
+    """No launch plans from other tests (a plan keeps the kernel objects it was made
+    with; these tests record launches with stand-ins)."""
+    monkeypatch.setattr(launch, "_plans", {})
+    return launch._plans
 
 
 def caches(blocks=4, heads=2, head=64, page=16, x=8):
@@ -195,15 +203,46 @@ class _Recorder:
         return lambda *args, **kwargs: self.calls.append((args, kwargs))
 
 
-def _launch(monkeypatch, config, gather=None, copy=None):
+class _Copy:
+    """Stands in for the context copy: the buffers (``gather_buffers``: records the
+    dtype asked for, returns ``buffers`` or zeros, or raises ``fail``) and the copy
+    kernel (recorded)."""
+
+    def __init__(self, monkeypatch, buffers=None, fail=None):
+        self.dtypes, self.kernel = [], _Recorder()
+
+        def make(k_cache, block_table, dtype=None):
+            if fail is not None:
+                raise fail
+            self.dtypes.append(dtype)
+            if buffers is not None:
+                return buffers
+            blocks, heads, lanes, page, x = k_cache.shape
+            shape = (block_table.shape[0], heads, block_table.shape[1] * page, lanes * x)
+            dtype = dtype or k_cache.dtype
+            return torch.zeros(shape, dtype=dtype), torch.zeros(shape, dtype=dtype)
+
+        monkeypatch.setattr(launch, "gather_buffers", make)
+        monkeypatch.setattr(prefill_gather, "_gather_context_kernel", self.kernel)
+
+    def asked(self):
+        """(window, ALIGN) of each copy launched: the window the copy was told (0 for
+        none) and the key tile its first written row is aligned to."""
+        out = []
+        for args, kwargs in self.kernel.calls:
+            window = args[-1]
+            out.append((0 if window == prefill_gather.NO_WINDOW else window, kwargs["ALIGN"]))
+        return out
+
+
+def _launch(monkeypatch, config, gather=None):
     """One CPU launch with the kernel recorded; returns its constexprs and the K/V
-    buffers it was handed (positions of KG, VG in the kernel's signature)."""
+    buffers it was handed (positions of KG, VG in the kernel's signature).  A
+    :class:`_Copy` made before it stands in for the context copy."""
     from vllm_codemod.kernels.prefill_cases import launch_arguments, make_prefill_inputs
 
     kernel = _Recorder()
     monkeypatch.setattr(launch, "_prefix_prefill_kernel", kernel)
-    if copy is not None:
-        monkeypatch.setattr(launch, "gather_context", copy)
     a = make_prefill_inputs([(40, 20)], 4, 2, 64, 16, torch.float16)
     launch.prefix_prefill_triton(
         **launch_arguments(a), config=launch.PrefillConfig(*config), gather=gather
@@ -217,30 +256,28 @@ def test_a_two_stage_launch_reads_the_gathered_buffers(monkeypatch):
     monkeypatch.setattr(launch, "_gather_limit", [1 << 30])
     kg = torch.zeros(1, 2, 48, 64, dtype=torch.float16)
     vg = torch.ones(1, 2, 48, 64, dtype=torch.float16)
-    kwargs, k_arg, v_arg, _ = _launch(monkeypatch, (64, 32, 4, 2), copy=lambda *a, **k: (kg, vg))
+    copy = _Copy(monkeypatch, buffers=(kg, vg))
+    kwargs, k_arg, v_arg, _ = _launch(monkeypatch, (64, 32, 4, 2))
     assert kwargs["GATHERED"] and k_arg is kg and v_arg is vg
+    assert copy.asked() == [(0, 64)]
 
 
 def test_one_stage_or_gather_false_reads_the_paged_caches(monkeypatch):
     monkeypatch.setattr(launch, "_gather_limit", [1 << 30])
 
-    def never(*args, **kwargs):
-        raise AssertionError("gathered although not wanted")
-
+    never = _Copy(monkeypatch, fail=AssertionError("gathered although not wanted"))
     for config, gather in (((64, 32, 4, 1), None), ((64, 32, 4, 2), False)):
-        kwargs, k_arg, v_arg, a = _launch(monkeypatch, config, gather, copy=never)
-        assert not kwargs["GATHERED"]
+        kwargs, k_arg, v_arg, a = _launch(monkeypatch, config, gather)
+        assert not kwargs["GATHERED"] and never.kernel.calls == []
         assert k_arg is a["k_cache"] and v_arg is a["v_cache"]
 
 
 def test_no_memory_for_the_buffers_falls_back_to_the_paged_loop(monkeypatch):
     monkeypatch.setattr(launch, "_gather_limit", [1 << 30])
 
-    def out_of_memory(*args, **kwargs):
-        raise torch.cuda.OutOfMemoryError("CUDA out of memory")
-
-    kwargs, k_arg, _, a = _launch(monkeypatch, (64, 32, 4, 2), copy=out_of_memory)
-    assert not kwargs["GATHERED"] and k_arg is a["k_cache"]
+    copy = _Copy(monkeypatch, fail=torch.cuda.OutOfMemoryError("CUDA out of memory"))
+    kwargs, k_arg, _, a = _launch(monkeypatch, (64, 32, 4, 2))
+    assert not kwargs["GATHERED"] and k_arg is a["k_cache"] and copy.kernel.calls == []
 
 
 def test_gathered_bytes_in_the_dtype_asked_for():
@@ -256,14 +293,14 @@ def test_gathered_bytes_in_the_dtype_asked_for():
 TUNED_128 = launch.PrefillConfig(128, 128, 8, 2)
 
 
-def _fp8_launch(monkeypatch, limit, copy, gather=None):
+def _fp8_launch(monkeypatch, limit, gather=None):
     """A head-128 launch over an fp8 cache with no config given, a tuning table holding
-    TUNED_128 for 16-bit head 128, and ``copy`` standing in for gather_context."""
+    TUNED_128 for 16-bit head 128; a :class:`_Copy` made before it stands in for the
+    context copy."""
     from vllm_codemod.kernels.prefill_cases import launch_arguments, make_prefill_inputs
 
     kernel = _Recorder()
     monkeypatch.setattr(launch, "_prefix_prefill_kernel", kernel)
-    monkeypatch.setattr(launch, "gather_context", copy)
     monkeypatch.setattr(launch, "_gather_limit", [limit])
     monkeypatch.setattr(launch, "_tuned", {(128, 2): TUNED_128})
     monkeypatch.setattr(launch, "_tables_read", [True])
@@ -282,16 +319,10 @@ def _fp8_launch(monkeypatch, limit, copy, gather=None):
 def test_an_fp8_context_is_gathered_in_the_query_dtype_at_the_tuned_config(monkeypatch):
     """Converted once by the copy, the context loop reads the 16-bit tiles the tuned
     config was measured on."""
-    asked = []
-
-    def copy(k_cache, v_cache, block_table, query_start, seq_lens, dtype=None, **window):
-        asked.append((dtype, window))
-        shape = (1, 2, block_table.shape[1] * 16, 128)
-        return torch.zeros(shape, dtype=dtype), torch.zeros(shape, dtype=dtype)
-
-    kwargs, config = _fp8_launch(monkeypatch, 1 << 30, copy)
+    copy = _Copy(monkeypatch)
+    kwargs, config = _fp8_launch(monkeypatch, 1 << 30)
     assert kwargs["GATHERED"] and config == tuple(TUNED_128)
-    assert asked == [(torch.float16, {"window": 0, "block_n": 128})]
+    assert copy.dtypes == [torch.float16] and copy.asked() == [(0, 128)]
 
 
 def test_a_windowed_gather_is_told_the_window_and_the_key_tile(monkeypatch):
@@ -299,20 +330,15 @@ def test_a_windowed_gather_is_told_the_window_and_the_key_tile(monkeypatch):
     context loop starts at a tile boundary; the rows it reads must be written)."""
     from vllm_codemod.kernels.prefill_cases import launch_arguments, make_prefill_inputs
 
-    asked = []
-
-    def copy(k_cache, v_cache, block_table, query_start, seq_lens, **kwargs):
-        asked.append(kwargs)
-        shape = (1, 2, block_table.shape[1] * 16, 64)
-        return torch.zeros(shape), torch.zeros(shape)
-
     monkeypatch.setattr(launch, "_prefix_prefill_kernel", _Recorder())
-    monkeypatch.setattr(launch, "gather_context", copy)
     a = make_prefill_inputs([(300, 20)], 4, 2, 64, 16, torch.float16, sliding_window=50)
-    launch.prefix_prefill_triton(
-        **launch_arguments(a), config=launch.PrefillConfig(64, 32, 4, 2), gather=True
-    )
-    assert asked == [{"dtype": None, "window": 50, "block_n": 32}]
+    for config, align in (((64, 32, 4, 2), 64), ((128, 128, 4, 2), 128)):
+        copy = _Copy(monkeypatch)
+        launch.prefix_prefill_triton(
+            **launch_arguments(a), config=launch.PrefillConfig(*config), gather=True
+        )
+        # ALIGN: the larger of the copy's own 64-token rows and the kernel's key tile
+        assert copy.dtypes == [None] and copy.asked() == [(50, align)]
 
 
 @pytest.mark.parametrize("window, kept", [(339, True), (340, False), (10**6, False)])
@@ -322,16 +348,9 @@ def test_a_window_no_pair_can_reach_launches_as_no_window(monkeypatch, window, k
     whole context copied) does the work."""
     from vllm_codemod.kernels.prefill_cases import launch_arguments, make_prefill_inputs
 
-    asked = []
-
-    def copy(k_cache, v_cache, block_table, query_start, seq_lens, **kwargs):
-        asked.append(kwargs["window"])
-        shape = (1, 2, block_table.shape[1] * 16, 64)
-        return torch.zeros(shape), torch.zeros(shape)
-
+    copy = _Copy(monkeypatch)
     kernel = _Recorder()
     monkeypatch.setattr(launch, "_prefix_prefill_kernel", kernel)
-    monkeypatch.setattr(launch, "gather_context", copy)
     a = make_prefill_inputs([(300, 20)], 4, 2, 64, 16, torch.float16, sliding_window=window)
     assert a["block_table"].shape[1] == 20
     launch.prefix_prefill_triton(
@@ -339,25 +358,22 @@ def test_a_window_no_pair_can_reach_launches_as_no_window(monkeypatch, window, k
     )
     ((args, kwargs),) = kernel.calls
     assert kwargs["WINDOW"] is kept
-    assert args[13] == asked[0] == (window if kept else 0)  # the kernel's window argument
+    # the kernel's window argument, and the copy's
+    assert args[13] == copy.asked()[0][0] == (window if kept else 0)
 
 
 def test_an_fp8_cache_read_in_place_keeps_its_own_default(monkeypatch):
     """No gather (limit 0, gather=False, or no memory for the buffers): the paged loop
     over fp8 tiles, at the fp8 default that fits 48 KB with their conversion."""
 
-    def never(*args, **kwargs):
-        raise AssertionError("gathered although not wanted")
-
-    def out_of_memory(*args, **kwargs):
-        raise torch.cuda.OutOfMemoryError("CUDA out of memory")
-
     fp8_default = tuple(launch.FP8_CACHE_CONFIGS[128])
-    for limit, copy, gather in ((0, never, None), (1 << 30, never, False)):
-        kwargs, config = _fp8_launch(monkeypatch, limit, copy, gather)
-        assert not kwargs["GATHERED"] and config == fp8_default
-    kwargs, config = _fp8_launch(monkeypatch, 1 << 30, out_of_memory)
-    assert not kwargs["GATHERED"] and config == fp8_default
+    for limit, gather in ((0, None), (1 << 30, False)):
+        never = _Copy(monkeypatch, fail=AssertionError("gathered although not wanted"))
+        kwargs, config = _fp8_launch(monkeypatch, limit, gather)
+        assert not kwargs["GATHERED"] and config == fp8_default and never.kernel.calls == []
+    out_of_memory = _Copy(monkeypatch, fail=torch.cuda.OutOfMemoryError("CUDA out of memory"))
+    kwargs, config = _fp8_launch(monkeypatch, 1 << 30)
+    assert not kwargs["GATHERED"] and config == fp8_default and out_of_memory.kernel.calls == []
 
 
 def test_every_stride_reaches_the_kernel_under_its_own_name(monkeypatch):

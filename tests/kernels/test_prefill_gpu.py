@@ -118,6 +118,46 @@ def test_an_fp8_cache_under_a_tuned_config_is_gathered_in_16_bits():
     assert err <= 2e-2, err
 
 
+@pytest.mark.parametrize("config", [None, (64, 32, 4, 2)], ids=["paged default", "gathered"])
+def test_relaunched_calls_match_triton_launches_and_follow_moved_pointers(monkeypatch, config):
+    """From the second call of a launch shape on, the kernels (the copy too) are relaunched
+    through their compiled handles (Triton >= 3): the result is bit-identical to Triton's
+    own launch.  Moving q, query_start and seq_lens off 16-byte alignment (vLLM slices
+    them) makes another plan, and its calls are right too."""
+    from pa_helpers import shifted
+
+    from vllm_codemod.kernels import prefill_launch
+
+    monkeypatch.setattr(prefill_launch, "_plans", {})
+    a = make_prefill_inputs([(300, 100), (17, 40)], 8, 2, 128, 16, BF16, device="cuda", seed=11)
+    args = launch_arguments(a)
+    cfg = PrefillConfig(*config) if config else None
+    outs = []
+    for fast in (False, True, True):
+        monkeypatch.setitem(prefill_launch._fast, "enabled", fast)
+        a["o"].fill_(float("nan"))
+        prefix_prefill_triton(**args, config=cfg)
+        torch.cuda.synchronize()
+        outs.append(a["o"].clone())
+    assert prefill_launch._fast["enabled"], "a compiled launcher failed"
+    (plan,) = prefill_launch._plans.values()
+    if prefill_launch.fast_state()["enabled"]:  # Triton >= 3: handles kept
+        assert plan.main.compiled is not None
+        assert (plan.gather is not None) is bool(config)
+    assert torch.equal(outs[0], outs[1]) and torch.equal(outs[0], outs[2])
+    assert prefill_error(a, outs[2]) <= 2e-2
+    moved = dict(args)
+    for name in ("q", "query_start", "seq_lens"):
+        moved[name] = shifted(args[name])
+        for _ in range(2):
+            a["o"].fill_(float("nan"))
+            prefix_prefill_triton(**moved, config=cfg)
+            torch.cuda.synchronize()
+            assert not torch.isnan(a["o"]).any(), f"{name} moved: rows unwritten"
+            assert prefill_error(a, a["o"]) <= 2e-2, f"{name} moved"
+    assert len(prefill_launch._plans) == 4
+
+
 #: One self-check case through the launcher, in a fresh process; exits 1 when it is off.
 SELFCHECK_CASE = """
 import sys, torch
