@@ -439,7 +439,7 @@ def prefix_prefill_triton(
     )  # fmt: skip
     # Everything Triton specializes the kernels on (relaunch.py): the launch's shape,
     # every integer argument, each pointer's dtype and 16-byte alignment.
-    key = (shape, ints, g_strides, q.device, tuple(t.dtype for t in pointers), kg.dtype)
+    key = (shape, ints, g_strides, q.device, tuple([t.dtype for t in pointers]), kg.dtype)
     key += (misaligned(*pointers), misaligned(kg, vg))
     key += (_prefix_prefill_kernel, prefill_gather._gather_context_kernel)
     plan = _plans.get(key)

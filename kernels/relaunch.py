@@ -28,22 +28,18 @@ def fast_state() -> Dict[str, bool]:
     return {"enabled": TRITON_MAJOR >= 3}
 
 
-def misaligned(*tensors: Optional[Any]) -> int:
-    """One bit per tensor whose data pointer is not 16-byte aligned (None: aligned).
+def misaligned(*tensors: Optional[Any]) -> Tuple[int, ...]:
+    """Each tensor's data pointer modulo 16 (0 for None): a plan key's alignment part.
 
-    Triton specializes each pointer argument on that alignment, and a relaunched kernel
-    is never looked at again, so every pointer a kernel takes needs its own flag: an OR
-    of all the pointers cannot tell which one moved.  vLLM's mixed batches pass
+    Triton specializes each pointer argument on its 16-byte alignment, and a relaunched
+    kernel is never looked at again, so every pointer a kernel takes needs its own entry:
+    an OR of all the pointers cannot tell which one moved.  vLLM's mixed batches pass
     ``seq_lens`` and ``block_tables`` sliced past the prefills
     (``seq_lens_tensor[num_prefills:]``), 4 bytes apart per prefill, and a kernel
     compiled for an aligned ``seq_lens`` may read several lengths in one vector load,
     which faults at a misaligned address.
     """
-    bits = 0
-    for i, t in enumerate(tensors):
-        if t is not None and t.data_ptr() & 15:
-            bits |= 1 << i
-    return bits
+    return tuple([0 if t is None else t.data_ptr() & 15 for t in tensors])
 
 
 class Relauncher:

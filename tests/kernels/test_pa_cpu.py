@@ -779,7 +779,7 @@ def test_plan_key_flags_each_pointers_alignment(tf):
     assert tf._plan_key(moved, None, True) != tf._plan_key(with_alibi, None, True)
     wide = dataclasses.replace(c, block_tables=c.block_tables.long())
     assert tf._plan_key(wide, None, True) != base, "int64 block tables, same plan"
-    assert tf.misaligned(None, c.query) == 0
+    assert tf.misaligned(None, c.query) == (0, 0)
 
 
 def test_run_picks_the_table_config(tf, monkeypatch):
