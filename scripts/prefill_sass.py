@@ -55,7 +55,7 @@ def compile_config(ctc, config, cc: int, head: int, pack=None, gather=False, kv=
     saved = prefill_launch._prefix_prefill_kernel, prefill_gather._gather_context_kernel
     try:
         prefill_launch._prefix_prefill_kernel = ctc._Recorder("prefill", sink)
-        # the launcher's own gather_context makes the buffers (on the CPU); its copy
+        # the launcher's own gather_buffers makes the buffers (on the CPU); its copy
         # kernel, which would need a GPU, is recorded and left out
         prefill_gather._gather_context_kernel = ctc._Recorder("prefill_gather", [])
         prefill_launch.prefix_prefill_triton(
