@@ -470,7 +470,7 @@ def test_pre_triton3_tables(monkeypatch, fresh_plans, tier, lens, head_size):
         "many": launch_tables.MANY_PROGRAMS_CONFIG,
     }[tier]
     assert _picked(fresh_plans) == {expected}
-    assert {key[-2] for key in fresh_plans} == {False}  # the 2-D K load
+    assert {plan.partition.constexprs["K_3D"] for plan in fresh_plans.values()} == {False}
 
 
 @pytest.mark.parametrize("many", [False, True])
