@@ -8,8 +8,9 @@ takes every parameter, constexprs included, without looking at them again.  So a
 caller keys a :class:`Relauncher` on everything Triton specializes on (shapes, strides,
 integer values, dtypes, each pointer's 16-byte alignment: :func:`misaligned`) and only
 the first call of a key pays for the binding.  If a launcher ever refuses its arguments
-(a Triton whose handle takes another form), the shared state switches the fast path off
-for the process and every launch goes through Triton again.
+(a Triton whose handle takes another form), the owning module's switch
+(:func:`fast_state`) turns the fast path off, and that module's launches go through
+Triton again for the rest of the process.
 """
 
 from __future__ import annotations
