@@ -443,17 +443,14 @@ def prefix_prefill_triton(
     key += (misaligned(*pointers), misaligned(kg, vg))
     key += (_prefix_prefill_kernel, prefill_gather._gather_context_kernel)
     plan = _plans.get(key)
-    gather_args = None
-    if gather:
-        gather_args = context_copy_args(
-            k_cache, v_cache, block_table, query_start, seq_lens, kg, vg, window
-        )
     if plan is None:
         if len(_plans) >= _MAX_PLANS:
             _plans.clear()
-        plan = _plans[key] = _Plan(shape, num_m_tiles, kg, cfg.block_n)
+        plan = _plans[key] = _Plan(shape, num_m_tiles, kg)
     if plan.gather is not None:
-        plan.gather.launch(gather_args)
+        plan.gather.launch(
+            context_copy_args(k_cache, v_cache, block_table, query_start, seq_lens, kg, vg, window)
+        )
     plan.main.launch(pointers + (sm_scale * LOG2E,) + ints + (kg, vg) + g_strides)
 
 
@@ -488,11 +485,11 @@ class _Plan:
 
     __slots__ = ("gather", "main")
 
-    def __init__(self, s: _LaunchShape, num_m_tiles: int, kg: torch.Tensor, block_n: int) -> None:
+    def __init__(self, s: _LaunchShape, num_m_tiles: int, kg: torch.Tensor) -> None:
         cfg = s.config
         self.gather: Optional[Relauncher] = None
         if s.gathered and kg.shape[2] > 0:
-            grid, constexprs = context_copy_launch(kg, s.x, s.page, block_n)
+            grid, constexprs = context_copy_launch(kg, s.x, s.page, cfg.block_n)
             self.gather = Relauncher(
                 prefill_gather._gather_context_kernel,
                 grid,
